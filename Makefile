@@ -1,0 +1,45 @@
+# The two commands: `make run` (the service: web + reaper) and `make test` (the suite).
+# Both create .venv and install the pinned requirements first; nothing else is needed but Python 3.11+.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint bench migrate superuser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python requirements.txt requirements-dev.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+# make run: a development service on http://127.0.0.1:8000 (DEBUG on, embedded PostgreSQL unless
+# DATABASE_URL is set). Ctrl-C stops the web server, the reaper and the embedded database.
+run: export DEBUG ?= true
+run: $(VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v 0
+	@echo ""
+	@echo "  Switchboard is starting (web + reaper). Ctrl-C stops everything."
+	@echo "    API       http://127.0.0.1:8000/api/v1/"
+	@echo "    API docs  http://127.0.0.1:8000/api/docs/"
+	@echo "    Admin     http://127.0.0.1:8000/admin/   (make superuser to create a login)"
+	@echo ""
+	$(BIN)/honcho start -f Procfile
+
+superuser: export DEBUG ?= true
+superuser: $(VENV)/.installed
+	$(BIN)/python manage.py createsuperuser
+
+test: $(VENV)/.installed
+	$(BIN)/pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/queue_throughput.py
+
+clean:
+	rm -rf $(VENV) .pgdata staticfiles

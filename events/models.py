@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+def new_event_id() -> str:
+    return f"ev_{uuid.uuid4().hex}"
+
+
+class Event(models.Model):
+    """One verified webhook delivery. A redelivery (same source and delivery id) stores nothing new."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_event_id, editable=False)
+    source = models.CharField(max_length=100, help_text="The slug of the source that delivered it.")
+    type = models.CharField(max_length=200, help_text="e.g. pull_request.opened")
+    delivery_id = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    headers = models.JSONField(default=dict, help_text="Provider headers worth keeping; never signatures.")
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "delivery_id"], name="event_unique_delivery"),
+        ]
+        indexes = [
+            # The events API and admin list newest first, optionally by source.
+            models.Index(fields=["source", "-received_at"], name="event_source_recent"),
+            models.Index(fields=["-received_at"], name="event_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.type} {self.delivery_id}"

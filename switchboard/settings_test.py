@@ -1,0 +1,15 @@
+"""Settings for the test suite: the production settings with a throwaway key.
+
+Tests run with DEBUG off, as production does; only the key and hosts are filled in.
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-0123456789abcdef")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
+os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+
+from switchboard.settings import *  # noqa: F403
+
+# Tests render admin pages without running collectstatic first.
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405

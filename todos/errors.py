@@ -1,0 +1,41 @@
+"""Errors of the queue. None of them knows HTTP: switchboard/api.py maps ``code`` to a status."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class QueueError(Exception):
+    code: ClassVar[str] = "error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class TodoNotFound(QueueError):
+    """The todo does not exist, or is outside the caller's scopes (the same answer, so ids do not leak)."""
+
+    code = "not_found"
+
+
+class TodoConflict(QueueError):
+    """The todo exists but the transition's guard failed; ``state`` is its current state."""
+
+    code = "conflict"
+
+    def __init__(self, detail: str, *, state: str, **extra: Any) -> None:
+        super().__init__(detail, state=state, **extra)
+        self.state = state
+
+
+class InvalidTransitionInput(QueueError):
+    """A transition was asked for with values it cannot take (e.g. a queue outside the create scopes)."""
+
+    code = "invalid"
+
+    def __init__(self, detail: str, *, field: str | None = None, **extra: Any) -> None:
+        if field:
+            extra["fields"] = {field: [detail]}
+        super().__init__(detail, **extra)

@@ -1,0 +1,315 @@
+"""The todo state machine: the only code that writes a todo's state.
+
+Each transition is one guarded UPDATE (see todos/sql.py), named with SPEC.md's verbs so call sites read
+``queue.complete(...)``. A guard that matches no row is classified by a follow-up read: TodoNotFound if
+the todo is absent or outside the caller's scopes, TodoConflict (with the current state) otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from psycopg.types.json import Jsonb
+
+from todos import sql
+from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos.models import Agent, Queue, Todo, glob_to_like, new_todo_id, validate_queue_name
+
+logger = logging.getLogger(__name__)
+
+JSON = Any
+ALL_QUEUES = ["%"]
+MAX_CLAIM_BATCH = 100
+
+
+@dataclass(frozen=True)
+class LapseResult:
+    requeued: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    requeued: int = 0
+    dead_lettered: int = 0
+    retries_promoted: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead_lettered + self.retries_promoted
+
+
+def _rows(statement: str, params: dict[str, Any]) -> list[Todo]:
+    return list(Todo.objects.raw(statement, params))
+
+
+def _rows_reviving(statement: str, params: dict[str, Any], action: str, todo_id: str) -> list[Todo]:
+    """Run a statement that can make a finished todo runnable again, which fails if a newer runnable
+    todo holds its idempotency key. Inside a caller's transaction a savepoint keeps that failure
+    from aborting the caller's work."""
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                return _rows(statement, params)
+        return _rows(statement, params)
+    except IntegrityError as exc:
+        raise TodoConflict(
+            f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.", state="failed"
+        ) from exc
+
+
+def _visible(agent: Agent | None) -> list[str]:
+    return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
+
+
+def _owner(agent: Agent, worker: str | None) -> str:
+    return f"{agent.name}/{worker}" if worker else agent.name
+
+
+def _lease_seconds(lease_seconds: float | None) -> float:
+    return float(lease_seconds if lease_seconds is not None else settings.QUEUE_DEFAULT_LEASE_SECONDS)
+
+
+def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = None) -> Exception:
+    """Classify a guarded UPDATE that touched nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.CURRENT_STATE, {"id": todo_id, "visible": _visible(agent)})
+        row = cursor.fetchone()
+    if row is None:
+        return TodoNotFound(f"No todo {todo_id}.")
+    state, no_retry, current_lease, owner_agent = row
+    dead = state == "failed" and no_retry
+    if lease_id is not None and (current_lease != lease_id or (agent is not None and owner_agent != agent.name)):
+        return TodoConflict(
+            f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "
+            "was claimed again, or it was already finished, failed or released).",
+            state=state,
+            dead_letter=dead,
+        )
+    return TodoConflict(f"Cannot {action} {todo_id} while it is {state}.", state=state, dead_letter=dead)
+
+
+def create(
+    *,
+    queue: str,
+    agent: Agent | None = None,
+    kind: str = "",
+    title: str = "",
+    payload: JSON = None,
+    source: str = "",
+    idempotency_key: str | None = None,
+    assignee: str | None = None,
+    max_attempts: int | None = None,
+    event_id: str | None = None,
+) -> tuple[Todo, bool]:
+    """-> pending. Idempotent: if a runnable todo holds (queue, idempotency_key), return it and False.
+
+    ``agent`` None is the system (webhook routing); an agent may create only in its create scopes.
+    """
+    try:
+        validate_queue_name(queue)
+    except Exception as exc:  # ValidationError: report it in the queue's own error type
+        raise InvalidTransitionInput(str(exc.messages[0]), field="queue") from exc  # type: ignore[attr-defined]
+    if agent is not None and not agent.may_create_in(queue):
+        raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
+    params = {
+        "id": new_todo_id(),
+        "queue": queue,
+        "source": source,
+        "kind": kind,
+        "title": title,
+        "payload": Jsonb(payload if payload is not None else {}),
+        "event_id": event_id,
+        "idempotency_key": idempotency_key,
+        "assignee": assignee,
+        "max_attempts": max_attempts or settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
+    }
+    # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
+    for _ in range(5):
+        inserted = _rows(sql.CREATE, params)
+        if inserted:
+            return inserted[0], True
+        existing = _rows(sql.RUNNABLE_BY_KEY, params)
+        if existing:
+            return existing[0], False
+    raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+
+
+def claim_next(
+    *,
+    agent: Agent,
+    queues: Sequence[str] | None = None,
+    limit: int = 1,
+    lease_seconds: float | None = None,
+    worker: str | None = None,
+) -> list[Todo]:
+    """pending (or lapsed, or retry-due) -> claimed, up to ``limit`` todos, oldest first.
+
+    ``queues`` (names or globs) narrows the agent's claim scopes; it never widens them.
+    """
+    if not 1 <= limit <= MAX_CLAIM_BATCH:
+        raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
+    todos = _rows(
+        sql.CLAIM_NEXT,
+        {
+            "scopes": agent.claim_like_patterns(),
+            "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
+            "agent": agent.name,
+            "owner": _owner(agent, worker),
+            "limit": limit,
+            "lease_seconds": _lease_seconds(lease_seconds),
+        },
+    )
+    todos.sort(key=lambda t: t.created_at)
+    return todos
+
+
+def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
+    """pending (or lapsed, or retry-due) -> claimed, for this one todo."""
+    rows = _rows(
+        sql.CLAIM_ONE,
+        {
+            "id": todo_id,
+            "scopes": agent.claim_like_patterns(),
+            "agent": agent.name,
+            "owner": _owner(agent, worker),
+            "lease_seconds": _lease_seconds(lease_seconds),
+        },
+    )
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "claim")
+
+
+def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease_id: str, **params: Any) -> Todo:
+    rows = _rows_reviving(
+        statement,
+        {"id": todo_id, "lease_id": lease_id, "agent": agent.name, "visible": _visible(agent), **params},
+        action,
+        todo_id,
+    )
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, action, lease_id)
+
+
+def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float | None = None) -> Todo:
+    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt."""
+    return _with_receipt(
+        sql.HEARTBEAT, "heartbeat", todo_id, agent, lease_id, lease_seconds=_lease_seconds(lease_seconds)
+    )
+
+
+def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
+    """claimed -> done. Needs the current receipt."""
+    return _with_receipt(
+        sql.COMPLETE, "complete", todo_id, agent, lease_id, result=Jsonb(result) if result is not None else None
+    )
+
+
+def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> list[Todo | TodoNotFound | TodoConflict]:
+    """complete for a batch of (todo_id, lease_id, result) in one statement; one outcome per item, in order."""
+    items = list(items)
+    if not items:
+        return []
+    done = {
+        todo.id: todo
+        for todo in _rows(
+            sql.COMPLETE_MANY,
+            {
+                "ids": [i for i, _, _ in items],
+                "lease_ids": [lease for _, lease, _ in items],
+                "results": [Jsonb(r) if r is not None else None for _, _, r in items],
+                "agent": agent.name,
+                "visible": _visible(agent),
+            },
+        )
+    }
+    outcomes: list[Todo | TodoNotFound | TodoConflict] = []
+    for todo_id, lease_id, _ in items:
+        if todo_id in done:
+            outcomes.append(done.pop(todo_id))
+        else:
+            outcomes.append(_miss(todo_id, agent, "complete", lease_id))  # type: ignore[arg-type]
+    return outcomes
+
+
+def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
+    """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
+    return _with_receipt(
+        sql.FAIL,
+        "fail",
+        todo_id,
+        agent,
+        lease_id,
+        error=error,
+        retry_in=retry_in_seconds,
+        backoff_base=float(settings.QUEUE_RETRY_BASE_SECONDS),
+        backoff_cap=float(settings.QUEUE_RETRY_CAP_SECONDS),
+    )
+
+
+def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
+    """claimed -> pending, giving the attempt back. Needs the current receipt."""
+    return _with_receipt(sql.RELEASE, "release", todo_id, agent, lease_id)
+
+
+def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "", agent: Agent | None = None) -> Todo:
+    """dead-letter -> pending. ``mode`` "reset" grants a full new budget, "once" exactly one more try.
+
+    ``operator`` (a username or agent name) and ``note`` are recorded in the todo's errors.
+    """
+    if mode not in ("reset", "once"):
+        raise InvalidTransitionInput("mode must be 'reset' or 'once'.", field="mode")
+    rows = _rows_reviving(
+        sql.RETRY_DEAD_LETTER,
+        {"id": todo_id, "mode": mode, "operator": operator, "note": note, "visible": _visible(agent)},
+        "retry",
+        todo_id,
+    )
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "retry")
+
+
+def requeue_lapsed(*, batch: int) -> LapseResult:
+    """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.REQUEUE_LAPSED, {"batch": batch})
+        states = [state for _, _, state in cursor.fetchall()]
+    dead = states.count("failed")
+    return LapseResult(requeued=len(states) - dead, dead_lettered=dead)
+
+
+def promote_due_retries(*, batch: int) -> int:
+    """One batch of failed todos whose retry is due: -> pending."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.PROMOTE_DUE_RETRIES, {"batch": batch})
+        return len(cursor.fetchall())
+
+
+def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
+    """One sweep of the sidecar: lapsed leases, then due retries, batch after batch until none are left
+    (or ``should_stop()`` says so between batches)."""
+    requeued = dead = promoted = 0
+    while True:
+        lapse = requeue_lapsed(batch=batch)
+        requeued += lapse.requeued
+        dead += lapse.dead_lettered
+        if lapse.requeued + lapse.dead_lettered < batch or (should_stop and should_stop()):
+            break
+    while not (should_stop and should_stop()):
+        n = promote_due_retries(batch=batch)
+        promoted += n
+        if n < batch:
+            break
+    return ReapResult(requeued=requeued, dead_lettered=dead, retries_promoted=promoted)
+
+
+def known_queues() -> list[str]:
+    return list(Queue.objects.order_by("name").values_list("name", flat=True))

@@ -1,0 +1,271 @@
+"""Every hand-written statement of the queue, named for its transition (procrastinate and river keep
+theirs the same way). Each is ONE statement: the guard sits in the WHERE clause, times come from the
+database's now() (SPEC decision 7), and RETURNING hands back the row as it is after the change.
+
+Why raw SQL here and the ORM elsewhere: the claim scan needs one index lookup per queue (a LATERAL
+join, SPEC trap 1) and every transition must be a single guarded UPDATE ... RETURNING (trap 2);
+Django's ORM can express neither. bench/queue_throughput.py measures the result against the same
+cycle written directly against psycopg.
+
+Parameters common to several statements:
+  visible   LIKE patterns of the queues the caller may see (its scopes; ['%'] for the system)
+  agent     the agent's name; a claim's owner is "<agent>" or "<agent>/<worker>"
+"""
+
+# Also the unique constraint todo_runnable_idempotency_key's condition (todos/models.py); ON CONFLICT
+# must repeat it for PostgreSQL to pick that partial index as the arbiter.
+_RUNNABLE_KEY = """idempotency_key IS NOT NULL
+    AND (state IN ('pending', 'claimed') OR (state = 'failed' AND next_retry_at IS NOT NULL))"""
+
+_TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
+    lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
+    next_retry_at, lease_id, errors"""
+
+# The caller holds the current receipt. A receipt stays current until the todo is claimed again
+# (which issues a new lease_id) or is completed, failed, released or retried by an operator
+# (which clear it); a lapse alone does not void it, so a slow worker whose todo has not been
+# re-claimed may still heartbeat, complete or fail it (SPEC decision 2), whether or not the
+# reaper has swept it yet.
+_HOLDS_RECEIPT = """id = %(id)s AND lease_id = %(lease_id)s AND split_part(owner, '/', 1) = %(agent)s
+    AND queue LIKE ANY(%(visible)s::text[])"""
+
+_LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
+    'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
+
+# create: -> pending. A row comes back only if it was inserted; none means a runnable todo with the
+# same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered in
+# the same statement, so a claimer can never see the todo before it can see its queue.
+CREATE = f"""
+WITH registered AS (
+    INSERT INTO todos_queue (name, created_at) VALUES (%(queue)s, now()) ON CONFLICT (name) DO NOTHING
+)
+INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
+    state, attempt, max_attempts, errors, created_at, updated_at)
+VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
+    %(assignee)s, 'pending', 0, %(max_attempts)s, '[]'::jsonb, now(), now())
+ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
+RETURNING {_TODO_COLUMNS}
+"""
+
+RUNNABLE_BY_KEY = f"""
+SELECT {_TODO_COLUMNS} FROM todos_todo
+WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE_KEY}
+"""
+
+# What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
+# never handed out again, the reaper dead-letters it), or a failed todo whose retry is due. The
+# assignee, if any, must be the claimer.
+_CLAIMABLE = """(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
+    t.state = 'pending'
+    OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
+    OR (t.state = 'failed' AND t.next_retry_at <= now()))"""
+
+_CLAIM_SET = f"""
+    state = 'claimed',
+    attempt = t.attempt + 1,
+    owner = %(owner)s,
+    lease_id = 'ls_' || replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    claimed_at = now(),
+    updated_at = now(),
+    next_retry_at = NULL,
+    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would
+    errors = CASE WHEN t.state = 'claimed' THEN t.errors || {_LEASE_EXPIRED_ERROR} ELSE t.errors END"""
+
+# claim_next: up to %(limit)s todos, oldest first, from the caller's queues.
+#  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
+#    rows are read by one descent of todo_pending_claim_scan (a LATERAL join), never by sorting every
+#    pending row (SPEC trap 1).
+#  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
+#    partial indexes in expiry/due order, and compete with pending rows on created_at.
+#  * Every branch locks with SKIP LOCKED, so concurrent claimers never wait for or share a row. The
+#    CTEs are MATERIALIZED and the UPDATE joins the chosen ids, so the locking scans run exactly once
+#    and never take more than %(limit)s rows (a WHERE id IN (subquery) may be re-run by the planner).
+#  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
+#    end with this statement's transaction, a millisecond later.
+CLAIM_NEXT = f"""
+WITH queues AS (
+    SELECT name FROM todos_queue
+    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
+),
+pending AS MATERIALIZED (
+    SELECT p.id, p.created_at FROM queues CROSS JOIN LATERAL (
+        SELECT t.id, t.created_at FROM todos_todo t
+        WHERE t.state = 'pending' AND t.queue = queues.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.created_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) p
+),
+lapsed AS MATERIALIZED (
+    SELECT t.id, t.created_at FROM todos_todo t
+    WHERE t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts
+      AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+    ORDER BY t.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+due AS MATERIALIZED (
+    SELECT t.id, t.created_at FROM todos_todo t
+    WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.next_retry_at <= now()
+      AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+    ORDER BY t.next_retry_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+chosen AS MATERIALIZED (
+    SELECT id FROM (
+        SELECT * FROM pending UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+    ) candidates
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+UPDATE todos_todo t SET {_CLAIM_SET}
+FROM chosen
+WHERE t.id = chosen.id
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
+"""
+
+# claim: this one todo, if the caller may claim from its queue and it is claimable. A concurrent
+# claim of the same row waits for the first and then re-checks the guard, so only one wins.
+CLAIM_ONE = f"""
+UPDATE todos_todo t SET {_CLAIM_SET}
+WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
+RETURNING {_TODO_COLUMNS}
+"""
+
+# heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
+# not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive).
+HEARTBEAT = f"""
+UPDATE todos_todo SET
+    state = 'claimed',
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+RETURNING {_TODO_COLUMNS}
+"""
+
+# complete: -> done.
+COMPLETE = f"""
+UPDATE todos_todo SET
+    state = 'done',
+    result = %(result)s,
+    completed_at = now(),
+    updated_at = now(),
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL
+WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+RETURNING {_TODO_COLUMNS}
+"""
+
+# complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
+COMPLETE_MANY = f"""
+UPDATE todos_todo t SET
+    state = 'done',
+    result = items.result,
+    completed_at = now(),
+    updated_at = now(),
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL
+FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS items(id, lease_id, result)
+WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
+  AND t.queue LIKE ANY(%(visible)s::text[]) AND t.state IN ('claimed', 'pending', 'failed')
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
+"""
+
+# fail: -> failed. Below the cap a retry is scheduled: after %(retry_in)s seconds if the caller gave
+# it, else exponential backoff with full jitter, random() * min(cap, base * 2^(attempt-1)). At the
+# cap next_retry_at stays NULL: a dead-letter (SPEC decision 4).
+FAIL = f"""
+UPDATE todos_todo t SET
+    state = 'failed',
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', %(error)s::text)),
+    next_retry_at = CASE WHEN t.attempt < t.max_attempts THEN now() + make_interval(secs => COALESCE(
+        %(retry_in)s::double precision,
+        random() * LEAST(%(backoff_cap)s::double precision,
+                         %(backoff_base)s::double precision * power(2, GREATEST(t.attempt, 1) - 1))))
+        END,
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    updated_at = now()
+WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
+RETURNING {_TODO_COLUMNS}
+"""
+
+# release: -> pending, handing the attempt back (a voluntary release costs no retry budget).
+RELEASE = f"""
+UPDATE todos_todo SET
+    state = 'pending',
+    attempt = GREATEST(attempt - 1, 0),
+    owner = NULL,
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+RETURNING {_TODO_COLUMNS}
+"""
+
+# retry_dead_letter (operator): dead-letter -> pending, with a new budget (reset) or one more try (once).
+RETRY_DEAD_LETTER = f"""
+UPDATE todos_todo t SET
+    state = 'pending',
+    attempt = CASE WHEN %(mode)s = 'reset' THEN 0 ELSE t.attempt END,
+    max_attempts = CASE WHEN %(mode)s = 'once' THEN GREATEST(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'operator retry',
+        'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)),
+    owner = NULL,
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+
+# requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
+# SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
+REQUEUE_LAPSED = f"""
+WITH lapsed AS MATERIALIZED (
+    SELECT id FROM todos_todo
+    WHERE state = 'claimed' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE todos_todo t SET
+    state = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END,
+    errors = t.errors || {_LEASE_EXPIRED_ERROR},
+    next_retry_at = NULL,
+    updated_at = now()
+FROM lapsed
+WHERE t.id = lapsed.id
+RETURNING t.id, t.queue, t.state
+"""
+
+# promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending.
+PROMOTE_DUE_RETRIES = """
+WITH due AS MATERIALIZED (
+    SELECT id FROM todos_todo
+    WHERE state = 'failed' AND next_retry_at IS NOT NULL AND next_retry_at <= now()
+    ORDER BY next_retry_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE todos_todo t SET state = 'pending', next_retry_at = NULL, updated_at = now()
+FROM due
+WHERE t.id = due.id
+RETURNING t.id, t.queue
+"""
+
+# Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
+CURRENT_STATE = """
+SELECT state, next_retry_at IS NULL AS no_retry, lease_id, split_part(owner, '/', 1) AS owner_agent
+FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
+"""
