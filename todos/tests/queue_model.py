@@ -1,0 +1,192 @@
+"""A small pure-Python model of the todo state machine: SPEC.md's transition table and decisions,
+written without SQL, for test_queue_model.py to run beside the real queue.
+
+Time is abstract. Nothing lapses or falls due by itself (leases are long, retries far off); the test
+ages a lease or a retry explicitly, and the model records the order of those agings, which is the
+order of the database timestamps they set.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+OK, NOT_FOUND, CONFLICT = "ok", "not_found", "conflict"
+
+# Outcome of a model transition: (class, todo) where class is OK, NOT_FOUND or CONFLICT.
+Outcome = tuple[str, "ModelTodo | None"]
+
+
+@dataclass
+class ModelAgent:
+    name: str
+    scopes: list[str]  # claim and create scopes alike
+
+    def sees(self, queue: str) -> bool:
+        # Scopes are globs of * and ? only; queue names in the model contain no [ ] for fnmatch to misread.
+        return any(fnmatch.fnmatchcase(queue, s) for s in self.scopes)
+
+
+@dataclass
+class ModelTodo:
+    id: str
+    seq: int  # creation order = created_at order
+    queue: str
+    key: str | None
+    assignee: str | None
+    max_attempts: int
+    state: str = "pending"
+    attempt: int = 0
+    retry: str | None = None  # failed only: None = dead-letter, "waiting", "due"
+    lapsed: bool = False  # claimed only: lease_expires_at in the past
+    lapse_order: int = 0
+    due_order: int = 0
+    owner: str | None = None
+    lease: str | None = None  # the current receipt
+    errors: int = 0
+
+    @property
+    def dead(self) -> bool:
+        return self.state == "failed" and self.retry is None
+
+    @property
+    def runnable(self) -> bool:
+        """Holds its idempotency key (SPEC decision 3)."""
+        return self.state in ("pending", "claimed") or (self.state == "failed" and self.retry is not None)
+
+
+@dataclass
+class QueueModel:
+    todos: dict[str, ModelTodo] = field(default_factory=dict)
+    queues: set[str] = field(default_factory=set)
+    clock: int = 0  # orders creations and agings
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    # --- reads -------------------------------------------------------------------------------
+    def key_holder(self, queue: str, key: str | None, *, besides: str | None = None) -> ModelTodo | None:
+        if key is None:
+            return None
+        for t in self.todos.values():
+            if t.id != besides and t.queue == queue and t.key == key and t.runnable:
+                return t
+        return None
+
+    def claimable(self, t: ModelTodo, agent: ModelAgent) -> bool:
+        if t.assignee not in (None, agent.name):
+            return False
+        return (
+            t.state == "pending"
+            or (t.state == "claimed" and t.lapsed and t.attempt < t.max_attempts)
+            or (t.state == "failed" and t.retry == "due")
+        )
+
+    def _miss(self, t: ModelTodo | None, agent: ModelAgent | None) -> Outcome:
+        if t is None or (agent is not None and not agent.sees(t.queue)):
+            return NOT_FOUND, None
+        return CONFLICT, t
+
+    def _revives_key(self, t: ModelTodo, becomes_runnable: bool) -> bool:
+        """A dead or done todo made runnable again clashes with a newer runnable holder of its key."""
+        return becomes_runnable and not t.runnable and self.key_holder(t.queue, t.key, besides=t.id) is not None
+
+    # --- transitions -------------------------------------------------------------------------
+    def create(
+        self, todo_id: str, queue: str, key: str | None, assignee: str | None, max_attempts: int
+    ) -> tuple[ModelTodo, bool]:
+        """(the todo, created): an existing runnable holder of the key is returned instead of a new one."""
+        self.queues.add(queue)
+        holder = self.key_holder(queue, key)
+        if holder is not None:
+            return holder, False
+        t = ModelTodo(todo_id, self.tick(), queue, key, assignee, max_attempts)
+        self.todos[todo_id] = t
+        return t, True
+
+    def choose_next(self, agent: ModelAgent, wanted: list[str] | None, limit: int) -> list[ModelTodo]:
+        """Which todos claim_next takes: per queue the oldest pending, plus the earliest-lapsed leases
+        and the earliest-due retries (each branch capped at ``limit``), then the oldest ``limit`` of those."""
+        queues = {q for q in self.queues if agent.sees(q) and (wanted is None or q in wanted)}
+        mine = [t for t in self.todos.values() if t.queue in queues and self.claimable(t, agent)]
+        candidates: list[ModelTodo] = []
+        for q in queues:
+            candidates += sorted((t for t in mine if t.queue == q and t.state == "pending"), key=lambda t: t.seq)[
+                :limit
+            ]
+        candidates += sorted((t for t in mine if t.state == "claimed"), key=lambda t: t.lapse_order)[:limit]
+        candidates += sorted((t for t in mine if t.state == "failed"), key=lambda t: t.due_order)[:limit]
+        return sorted(candidates, key=lambda t: t.seq)[:limit]
+
+    def take(self, t: ModelTodo, agent: ModelAgent, lease: str) -> None:
+        if t.state == "claimed":  # a lapsed lease re-claimed before the reaper saw it
+            t.errors += 1
+        t.state, t.attempt, t.owner, t.lease = "claimed", t.attempt + 1, agent.name, lease
+        t.lapsed, t.retry = False, None
+
+    def claim(self, todo_id: str, agent: ModelAgent) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or not agent.sees(t.queue) or not self.claimable(t, agent):
+            return self._miss(t, agent)
+        return OK, t  # the caller applies take() with the lease the database issued
+
+    def with_receipt(self, verb: str, todo_id: str, agent: ModelAgent, lease: str) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or not agent.sees(t.queue):
+            return NOT_FOUND, None
+        if t.lease != lease or t.owner != agent.name or t.state not in ("claimed", "pending", "failed"):
+            return CONFLICT, t
+        if verb == "heartbeat":
+            if self._revives_key(t, True):
+                return CONFLICT, t
+            t.state, t.lapsed, t.retry = "claimed", False, None
+        elif verb == "complete":
+            t.state, t.lease, t.lapsed, t.retry = "done", None, False, None
+        elif verb == "fail":
+            retry = "waiting" if t.attempt < t.max_attempts else None
+            if self._revives_key(t, retry is not None):
+                return CONFLICT, t
+            t.state, t.retry, t.lease, t.lapsed, t.errors = "failed", retry, None, False, t.errors + 1
+        elif verb == "release":
+            if self._revives_key(t, True):
+                return CONFLICT, t
+            t.state, t.attempt, t.owner, t.lease = "pending", max(t.attempt - 1, 0), None, None
+            t.lapsed, t.retry = False, None
+        else:  # pragma: no cover
+            raise ValueError(verb)
+        return OK, t
+
+    def retry_dead_letter(self, todo_id: str, mode: str, agent: ModelAgent | None) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or (agent is not None and not agent.sees(t.queue)) or not t.dead:
+            return self._miss(t, agent)
+        if self._revives_key(t, True):
+            return CONFLICT, t
+        if mode == "reset":
+            t.attempt = 0
+        else:
+            t.max_attempts = max(t.max_attempts, t.attempt + 1)
+        t.state, t.owner, t.lease, t.retry, t.errors = "pending", None, None, None, t.errors + 1
+        return OK, t
+
+    def lapse(self, t: ModelTodo) -> None:
+        t.lapsed, t.lapse_order = True, self.tick()
+
+    def make_due(self, t: ModelTodo) -> None:
+        t.retry, t.due_order = "due", self.tick()
+
+    def reap(self) -> tuple[int, int, int]:
+        requeued = dead = promoted = 0
+        for t in self.todos.values():
+            if t.state == "claimed" and t.lapsed:
+                t.errors += 1
+                t.lapsed = False
+                if t.attempt < t.max_attempts:
+                    t.state, requeued = "pending", requeued + 1
+                else:
+                    t.state, t.retry, dead = "failed", None, dead + 1
+        for t in self.todos.values():
+            if t.state == "failed" and t.retry == "due":
+                t.state, t.retry, promoted = "pending", None, promoted + 1
+        return requeued, dead, promoted

@@ -1,0 +1,247 @@
+"""A hypothesis state machine drives the real queue (todos/queue.py on PostgreSQL) and the pure model in
+queue_model.py side by side, and after every step compares each todo's state, attempt, dead-letter
+flag, receipt and error count, and each call's outcome class (ok / not found / conflict).
+
+Runs are derandomized for CI; HYPOTHESIS_QUEUE_EXAMPLES=500 (or more) searches harder locally.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+from django.test import override_settings
+from hypothesis import HealthCheck, event, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from todos import queue
+from todos.errors import TodoConflict, TodoNotFound
+from todos.models import Agent, Todo
+from todos.tests.queue_model import CONFLICT, NOT_FOUND, OK, ModelAgent, QueueModel
+
+QUEUES = ["q.a", "q.b"]
+KEYS = [None, "k1", "k2"]
+# name -> scopes (claim and create alike): alice sees everything, bob only q.a.
+AGENTS = {"alice": ["*"], "bob": ["q.a"]}
+MISSING = "td_00000000000000000000000000000000"
+
+
+def outcome_of(call: Any) -> tuple[str, Any]:
+    try:
+        return OK, call()
+    except TodoNotFound:
+        return NOT_FOUND, None
+    except TodoConflict:
+        return CONFLICT, None
+
+
+class QueueMachine(RuleBasedStateMachine):
+    todos = Bundle("todos")
+    receipts = Bundle("receipts")  # (todo id, agent name, lease_id), current or stale
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Each example starts from empty tables (the test is transaction=True: rows really commit).
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent CASCADE")
+        self.model = QueueModel()
+        self.spent: list[tuple[str, str, str]] = []
+        self.agents: dict[str, Agent] = {}
+        self.model_agents: dict[str, ModelAgent] = {}
+        for name, scopes in AGENTS.items():
+            agent = Agent(name=name, claim_scopes=scopes, create_scopes=scopes)
+            agent.set_new_token()
+            agent.save()
+            self.agents[name] = agent
+            self.model_agents[name] = ModelAgent(name, scopes)
+
+    def check(self, what: str, real: str, expected: str) -> None:
+        event(f"{what.split()[0]}: {real}")  # --hypothesis-show-statistics shows what a run covered
+        assert real == expected, f"{what}: the queue said {real}, the model {expected}"
+
+    # --- producers -------------------------------------------------------------------------------
+    @rule(
+        target=todos,
+        queue_name=st.sampled_from(QUEUES),
+        key=st.sampled_from(KEYS),
+        assignee=st.sampled_from([None, None, None, "bob"]),
+        max_attempts=st.sampled_from([1, 2, 2, 3]),
+    )
+    def create(self, queue_name: str, key: str | None, assignee: str | None, max_attempts: int) -> str:
+        todo, created = queue.create(
+            queue=queue_name, idempotency_key=key, assignee=assignee, max_attempts=max_attempts, title="m"
+        )
+        expected, expected_created = self.model.create(todo.id, queue_name, key, assignee, max_attempts)
+        self.check("created", str(created), str(expected_created))
+        assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
+        return todo.id
+
+    @rule(
+        target=receipts,
+        agent=st.sampled_from(list(AGENTS)),
+        wanted=st.sampled_from([None, ["q.a"], ["q.b"], ["q.*"]]),
+        limit=st.integers(1, 3),
+    )
+    def claim_next(self, agent: str, wanted: list[str] | None, limit: int) -> Any:
+        expected = self.model.choose_next(
+            self.model_agents[agent], None if wanted in (None, ["q.*"]) else wanted, limit
+        )
+        got = queue.claim_next(agent=self.agents[agent], queues=wanted, limit=limit)
+        assert [t.id for t in got] == [t.id for t in expected], "claim_next took other todos than the model"
+        for real, model in zip(got, expected, strict=True):
+            self.model.take(model, self.model_agents[agent], real.lease_id)
+        return multiple(*[(t.id, agent, t.lease_id) for t in got])
+
+    @rule(target=receipts, todo_id=todos, agent=st.sampled_from(list(AGENTS)))
+    def claim(self, todo_id: str, agent: str) -> Any:
+        expected, model = self.model.claim(todo_id, self.model_agents[agent])
+        real, todo = outcome_of(lambda: queue.claim(todo_id, agent=self.agents[agent]))
+        self.check(f"claim {todo_id} by {agent}", real, expected)
+        if real != OK:
+            return multiple()
+        self.model.take(model, self.model_agents[agent], todo.lease_id)
+        return (todo_id, agent, todo.lease_id)
+
+    @rule(agent=st.sampled_from(list(AGENTS)), verb=st.sampled_from(["claim", "complete", "retry"]))
+    def act_on_a_missing_todo(self, agent: str, verb: str) -> None:
+        calls = {
+            "claim": lambda: queue.claim(MISSING, agent=self.agents[agent]),
+            "complete": lambda: queue.complete(MISSING, agent=self.agents[agent], lease_id="ls_x"),
+            "retry": lambda: queue.retry_dead_letter(MISSING, mode="reset", operator="ops"),
+        }
+        real, _ = outcome_of(calls[verb])
+        self.check(f"{verb} missing", real, NOT_FOUND)
+
+    # --- the receipt holder's verbs ------------------------------------------------------------------
+    def _with_receipt(self, verb: str, receipt: tuple[str, str, str], who: str, **kwargs: Any) -> None:
+        todo_id, holder, lease_id = receipt
+        agent = holder if who == "holder" else who
+        expected, _ = self.model.with_receipt(verb, todo_id, self.model_agents[agent], lease_id)
+        real, _ = outcome_of(
+            lambda: getattr(queue, verb)(todo_id, agent=self.agents[agent], lease_id=lease_id, **kwargs)
+        )
+        self.check(f"{verb} {todo_id} by {agent}", real, expected)
+
+    @rule(receipt=receipts, who=st.sampled_from(["holder", "holder", "alice", "bob"]))
+    def heartbeat(self, receipt: tuple[str, str, str], who: str) -> None:
+        self._with_receipt("heartbeat", receipt, who, lease_seconds=3600)
+
+    # complete, fail and release spend their receipt: later steps mostly use live ones. A spent one may
+    # still come back through replay_a_spent_receipt.
+    @rule(receipt=consumes(receipts), who=st.sampled_from(["holder", "holder", "holder", "alice", "bob"]))
+    def complete(self, receipt: tuple[str, str, str], who: str) -> None:
+        self._with_receipt("complete", receipt, who, result={"by": who})
+        self.spent.append(receipt)
+
+    @rule(
+        receipt=consumes(receipts),
+        who=st.sampled_from(["holder", "holder", "holder", "bob"]),
+        retry_in=st.sampled_from([None, 3600]),
+    )
+    def fail(self, receipt: tuple[str, str, str], who: str, retry_in: int | None) -> None:
+        self._with_receipt("fail", receipt, who, error="boom", retry_in_seconds=retry_in)
+        self.spent.append(receipt)
+
+    @rule(receipt=consumes(receipts), who=st.sampled_from(["holder", "holder", "holder", "bob"]))
+    def release(self, receipt: tuple[str, str, str], who: str) -> None:
+        self._with_receipt("release", receipt, who)
+        self.spent.append(receipt)
+
+    @precondition(lambda self: self.spent)
+    @rule(data=st.data(), verb=st.sampled_from(["heartbeat", "complete", "fail", "release"]))
+    def replay_a_spent_receipt(self, data: st.DataObject, verb: str) -> None:
+        receipt = data.draw(st.sampled_from(self.spent), label="spent receipt")
+        self._with_receipt(verb, receipt, "holder")
+
+    # --- the operator and the sidecar ------------------------------------------------------------------
+    @rule(todo_id=todos, mode=st.sampled_from(["reset", "once"]), as_bob=st.booleans())
+    def retry_dead_letter(self, todo_id: str, mode: str, as_bob: bool) -> None:
+        self._retry(todo_id, mode, as_bob)
+
+    @precondition(lambda self: any(t.dead for t in self.model.todos.values()))
+    @rule(data=st.data(), mode=st.sampled_from(["reset", "once"]), as_bob=st.booleans())
+    def retry_a_dead_letter(self, data: st.DataObject, mode: str, as_bob: bool) -> None:
+        dead = [t.id for t in self.model.todos.values() if t.dead]
+        self._retry(data.draw(st.sampled_from(dead), label="dead letter"), mode, as_bob)
+
+    def _retry(self, todo_id: str, mode: str, as_bob: bool) -> None:
+        agent = self.agents["bob"] if as_bob else None
+        expected, _ = self.model.retry_dead_letter(todo_id, mode, self.model_agents["bob"] if as_bob else None)
+        real, _ = outcome_of(lambda: queue.retry_dead_letter(todo_id, mode=mode, operator="ops", agent=agent))
+        self.check(f"retry_dead_letter {todo_id} ({mode})", real, expected)
+
+    @precondition(
+        lambda self: any((t.state == "claimed" and t.lapsed) or t.retry == "due" for t in self.model.todos.values())
+    )
+    @rule()
+    def reap_once(self) -> None:
+        result = queue.reap_once(batch=2)
+        expected = self.model.reap()
+        assert (result.requeued, result.dead_lettered, result.retries_promoted) == expected
+        event(f"reap_once: {'swept' if result.total else 'idle'}")
+
+    # --- time passing, one todo at a time --------------------------------------------------------------
+    @precondition(lambda self: any(t.state == "claimed" and not t.lapsed for t in self.model.todos.values()))
+    @rule(data=st.data())
+    def lapse_a_lease(self, data: st.DataObject) -> None:
+        # Ordered by creation, not by id: ids are random, and a replayed example must pick the same todo.
+        held = [t.id for t in self.model.todos.values() if t.state == "claimed" and not t.lapsed]
+        todo_id = data.draw(st.sampled_from(held), label="lapsing")
+        Todo.objects.filter(pk=todo_id).update(lease_expires_at=Now() - timedelta(seconds=1))
+        self.model.lapse(self.model.todos[todo_id])
+
+    @precondition(lambda self: any(t.retry == "waiting" for t in self.model.todos.values()))
+    @rule(data=st.data())
+    def make_a_retry_due(self, data: st.DataObject) -> None:
+        waiting = [t.id for t in self.model.todos.values() if t.retry == "waiting"]
+        todo_id = data.draw(st.sampled_from(waiting), label="due")
+        Todo.objects.filter(pk=todo_id).update(next_retry_at=Now() - timedelta(seconds=1))
+        self.model.make_due(self.model.todos[todo_id])
+
+    # --- after every step ------------------------------------------------------------------------
+    @invariant()
+    def every_todo_matches_the_model(self) -> None:
+        rows = {t.id: t for t in Todo.objects.all()}
+        assert rows.keys() == self.model.todos.keys()
+        for todo_id, m in self.model.todos.items():
+            r = rows[todo_id]
+            real = (r.state, r.attempt, r.max_attempts, r.is_dead_letter, r.lease_id, len(r.errors))
+            expected = (m.state, m.attempt, m.max_attempts, m.dead, m.lease, m.errors)
+            if real != expected:
+                note(f"{todo_id}: queue {real}, model {expected}")
+            assert real == expected, f"{todo_id} (state, attempt, max, dead, lease, errors) differs"
+            if m.state == "claimed":
+                assert r.owner == m.owner
+            if m.state == "failed" and m.retry == "waiting":
+                assert r.next_retry_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+# Backoff is random up to this ceiling; far enough that no retry falls due by itself during a run.
+@override_settings(QUEUE_RETRY_BASE_SECONDS=1e9, QUEUE_RETRY_CAP_SECONDS=1e10, QUEUE_DEFAULT_LEASE_SECONDS=3600)
+def test_queue_agrees_with_the_model_step_by_step():
+    run_state_machine_as_test(
+        QueueMachine,
+        settings=settings(
+            max_examples=int(os.environ.get("HYPOTHESIS_QUEUE_EXAMPLES", "60")),
+            stateful_step_count=50,
+            deadline=None,
+            derandomize="HYPOTHESIS_QUEUE_EXAMPLES" not in os.environ,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
