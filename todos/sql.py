@@ -20,6 +20,9 @@ _RUNNABLE_KEY = """idempotency_key IS NOT NULL
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors"""
+# Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
+# Todos from them and bench/queue_throughput.py reads them by position.
+TODO_COLUMNS = _TODO_COLUMNS
 
 # The caller holds the current receipt. A receipt stays current until the todo is claimed again
 # (which issues a new lease_id) or is completed, failed, released or retried by an operator

@@ -1,0 +1,312 @@
+"""EXPLAIN (ANALYZE, BUFFERS) of every statement in todos/sql.py that matters, on a table of ~1M todos,
+written to docs/query-plans.md with a one-line reading of each plan.
+
+    .venv/bin/python bench/explain_plans.py            # seeds switchboard_bench_explain once, then explains
+    .venv/bin/python bench/explain_plans.py --reseed   # throw the rows away and seed again
+
+The mix is a service some months in: mostly done history, ~50k pending over four queues, some live and
+some lapsed claims, retries waiting (a few due) and dead-letters. Seeding is INSERT ... SELECT
+generate_series: seconds, not minutes. Every EXPLAIN ANALYZE of a write runs in a transaction that is
+rolled back, so the table is the same for each plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _django  # sets up Django before the app imports below
+
+_django.setup("switchboard_bench_explain")
+
+from django.db import connection, transaction  # noqa: E402
+from django.db.models import Count  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
+
+from todos import sql  # noqa: E402
+from todos.models import Todo  # noqa: E402
+
+OUT = _django.BASE_DIR / "docs" / "query-plans.md"
+TOTAL = 1_000_000
+# queue -> pending rows: two busy queues, two quiet ones (SPEC trap 1 is about exactly this spread).
+PENDING = {"github.push": 25_000, "github.pull_request": 15_000, "stripe.charge": 8_000, "email.send": 2_000}
+QUEUES = [*PENDING, "ci.build", "slack.notify"]
+MIX = {  # state -> rows; done fills the rest of TOTAL
+    "claimed_live": 2_000,
+    "claimed_lapsed": 500,
+    "retry_waiting": 5_000,
+    "retry_due": 300,
+    "dead": 3_000,
+}
+
+
+def seed() -> None:
+    started = time.monotonic()
+    done = TOTAL - sum(PENDING.values()) - sum(MIX.values())
+    queues_sql = "ARRAY[" + ",".join(f"'{q}'" for q in QUEUES) + "]"
+    common = """INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, owner,
+        lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
+        next_retry_at, lease_id, errors)"""
+    uid = "'td_' || replace(gen_random_uuid()::text, '-', '')"
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE todos_todo, todos_queue")
+        cur.execute("INSERT INTO todos_queue (name, created_at) SELECT unnest(%s::text[]), now()", [QUEUES])
+        # History: done over the last 30 days, spread over all queues.
+        cur.execute(f"""{common}
+            SELECT {uid}, ({queues_sql})[1 + mod(i, {len(QUEUES)})], 'github', 'event', 'done #' || i,
+                jsonb_build_object('n', i), 'done-' || i, 'done', 'worker', NULL, 1, 5, '{{"ok": true}}'::jsonb,
+                now() - interval '30 days' + i * interval '2 seconds', now() - interval '30 days' + i * interval '2 s',
+                now() - interval '30 days' + i * interval '2 s', now() - interval '30 days' + i * interval '2 s',
+                NULL, NULL, '[]'::jsonb
+            FROM generate_series(1, %s) i""", [done])  # fmt: skip
+        # Pending: the last hour, per queue.
+        for q, n in PENDING.items():
+            cur.execute(f"""{common}
+                SELECT {uid}, %s, 'github', 'event', 'pending #' || i, jsonb_build_object('n', i),
+                    %s || '-' || i, 'pending', NULL, NULL, 0, 5, NULL,
+                    now() - interval '1 hour' + i * interval '50 ms', now(), NULL, NULL, NULL, NULL, '[]'::jsonb
+                FROM generate_series(1, %s) i""", [q, f"pending-{q}", n])  # fmt: skip
+        states = {
+            # live claims: lease in the future
+            "claimed_live": """'claimed', 'worker', now() + interval '5 min', 1, 5, NULL, now() - interval '2 hours',
+                now(), now(), NULL, NULL, 'ls_' || i, '[]'::jsonb""",
+            # lapsed claims, some at their cap
+            "claimed_lapsed": """'claimed', 'worker', now() - i * interval '1 s', 1 + mod(i, 5), 5, NULL,
+                now() - interval '2 hours', now(), now(), NULL, NULL, 'ls_lapsed_' || i, '[]'::jsonb""",
+            "retry_waiting": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
+                now() + i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
+            "retry_due": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
+                now() - i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
+            "dead": """'failed', NULL, NULL, 5, 5, NULL, now() - interval '3 days', now() - i * interval '1 min',
+                now(), NULL, NULL, NULL, '[{"attempt": 5, "error": "boom"}]'::jsonb""",
+        }
+        for name, columns in states.items():
+            cur.execute(f"""{common}
+                SELECT {uid}, ({queues_sql})[1 + mod(i, 4)], 'github', 'event', '{name} #' || i, '{{}}'::jsonb,
+                    '{name}-' || i, {columns}
+                FROM generate_series(1, %s) i""", [MIX[name]])  # fmt: skip
+    with connection.cursor() as cur:
+        # VACUUM cannot run inside a transaction; Django's connection is in autocommit here.
+        cur.execute("VACUUM (ANALYZE) todos_todo")
+    print(f"seeded {TOTAL:,} todos in {time.monotonic() - started:.1f}s")
+
+
+@dataclass
+class Plan:
+    title: str
+    statement: str  # the name in todos/sql.py, or the ORM call
+    expect: str  # the index we rely on
+    reading: str = ""
+    text: str = ""
+
+
+def one(query: str, params: list[Any] | None = None) -> Any:
+    with connection.cursor() as cur:
+        cur.execute(query, params or [])
+        return cur.fetchone()
+
+
+def explain(statement: str, params: dict[str, Any]) -> str:
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, SUMMARY ON) " + statement, params)
+            text = "\n".join(row[0] for row in cur.fetchall())
+        transaction.set_rollback(True)
+    return text
+
+
+def read(plan: Plan) -> str:
+    """A one-line reading: which indexes, whether anything scanned the table, rows and buffers touched."""
+    text = plan.text
+    indexes = set(re.findall(r"(?:Index(?: Only)? Scan(?: Backward)? using|Bitmap Index Scan on) (\w+)", text))
+    indexes |= {f"{name} (arbiter)" for name in re.findall(r"Conflict Arbiter Indexes: (\w+)", text)}
+    indexes = sorted(indexes)
+    seq = re.findall(r"Seq Scan on (\w+)", text)
+    seq_todos = [s for s in seq if s == "todos_todo"]
+    buffers = re.search(r"Buffers: shared ([^\n]+)", text)
+    ms = re.search(r"Execution Time: ([\d.]+) ms", text)
+    rows = sum(int(n) for n in re.findall(r"actual rows=(\d+)", text))
+    parts = [
+        f"indexes: {', '.join(indexes) or 'none'}",
+        "SEQ SCAN of todos_todo" if seq_todos else "no scan of todos_todo",
+        f"rows through all nodes: {rows:,}",
+        f"buffers: {buffers.group(1) if buffers else '?'}",
+        f"{ms.group(1) if ms else '?'} ms",
+    ]
+    ok = any(i.startswith(plan.expect) for i in indexes) if plan.expect else not seq_todos
+    return ("OK" if ok else "CHECK") + " - " + "; ".join(parts)
+
+
+def plans() -> list[Plan]:
+    scopes_all = ["%"]
+    lease = 300.0
+    claim = {"scopes": scopes_all, "agent": "bench", "owner": "bench", "lease_seconds": lease}
+    pending_id = one("SELECT id FROM todos_todo WHERE state = 'pending' AND queue = 'email.send' LIMIT 1")[0]
+    live_id, live_lease = one("SELECT id, lease_id FROM todos_todo WHERE state = 'claimed' AND lease_id LIKE 'ls_1%%'")
+    failing = {"backoff_base": 10.0, "backoff_cap": 3600.0, "retry_in": None, "error": "boom"}
+    receipt = {"id": live_id, "lease_id": live_lease, "agent": "worker", "visible": scopes_all}
+    existing_key = one("SELECT idempotency_key FROM todos_todo WHERE state = 'pending' AND queue = 'github.push'")[0]
+    create = {
+        "id": "td_explain",
+        "queue": "github.push",
+        "source": "github",
+        "kind": "event",
+        "title": "new",
+        "payload": Jsonb({}),
+        "event_id": None,
+        "assignee": None,
+        "max_attempts": 5,
+    }
+    out: list[tuple[Plan, str, dict[str, Any]]] = [
+        (
+            Plan("claim_next, one queue, limit 1", "sql.CLAIM_NEXT", "todo_pending_claim_scan"),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": ["github.push"], "limit": 1},
+        ),
+        (
+            Plan("claim_next, all six queues (scope '*'), limit 1", "sql.CLAIM_NEXT", "todo_pending_claim_scan"),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": scopes_all, "limit": 1},
+        ),
+        (
+            Plan("claim_next, two queues, batch of 10", "sql.CLAIM_NEXT", "todo_pending_claim_scan"),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": ["github.push", "stripe.charge"], "limit": 10},
+        ),
+        (
+            Plan("claim (one id)", "sql.CLAIM_ONE", "todos_todo_pkey"),
+            sql.CLAIM_ONE,
+            {**claim, "id": pending_id},
+        ),
+        (Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"), sql.HEARTBEAT, {**receipt, "lease_seconds": lease}),
+        (Plan("complete", "sql.COMPLETE", "todos_todo_pkey"), sql.COMPLETE, {**receipt, "result": Jsonb({"ok": 1})}),
+        (Plan("fail", "sql.FAIL", "todos_todo_pkey"), sql.FAIL, {**receipt, **failing}),
+        (
+            Plan("requeue_lapsed (reaper), batch 500", "sql.REQUEUE_LAPSED", "todo_claimed_lease_expiry"),
+            sql.REQUEUE_LAPSED,
+            {"batch": 500},
+        ),
+        (
+            Plan("promote_due_retries (retry scheduler), batch 500", "sql.PROMOTE_DUE_RETRIES", "todo_retry_due"),
+            sql.PROMOTE_DUE_RETRIES,
+            {"batch": 500},
+        ),
+        (
+            Plan("create with a new idempotency key", "sql.CREATE", "todo_runnable_idempotency_key"),
+            sql.CREATE,
+            {**create, "idempotency_key": "brand-new-key"},
+        ),
+        (
+            Plan("create with a key a runnable todo holds (conflict)", "sql.CREATE", "todo_runnable_idempotency_key"),
+            sql.CREATE,
+            {**create, "idempotency_key": existing_key},
+        ),
+        (
+            Plan("the holder of a key (after a conflicting create)", "sql.RUNNABLE_BY_KEY", ""),
+            sql.RUNNABLE_BY_KEY,
+            {"queue": "github.push", "idempotency_key": existing_key},
+        ),
+    ]
+    result = []
+    for plan, statement, params in out:
+        plan.text = explain(statement, params)
+        result.append(plan)
+    # Dead-letter triage through the ORM, as the admin and the API filter them.
+    orm = [
+        (
+            Plan(
+                "dead-letters of one queue, newest first (admin filter)",
+                "Todo.objects.dead_lettered().filter(queue=...).order_by('-updated_at')[:50]",
+                "todo_dead_letters",
+            ),
+            Todo.objects.dead_lettered().filter(queue="github.push").order_by("-updated_at")[:50],
+        ),
+        (
+            Plan(
+                "dead-letters, all queues, API order (dead=true)",
+                "Todo.objects.dead_lettered().order_by('-created_at', '-id')[:51]",
+                "todo_dead_letters",
+            ),
+            Todo.objects.dead_lettered().order_by("-created_at", "-id")[:51],
+        ),
+        (
+            Plan(
+                "dead-letter count per queue",
+                "Todo.objects.dead_lettered().values('queue').annotate(n=Count('id'))",
+                "todo_dead_letters",
+            ),
+            Todo.objects.dead_lettered().values("queue").annotate(n=Count("id")),
+        ),
+    ]
+    for plan, qs in orm:
+        plan.text = qs.explain(analyze=True, buffers=True, timing=False)
+        result.append(plan)
+    for plan in result:
+        plan.reading = read(plan)
+    return result
+
+
+def write(result: list[Plan]) -> None:
+    version = one("SHOW server_version")[0]
+    with connection.cursor() as cur:
+        cur.execute("SELECT state, count(*) FROM todos_todo GROUP BY state")
+        counts = dict(cur.fetchall())
+    lines = [
+        "# Query plans on 1M todos",
+        "",
+        "Made by `bench/explain_plans.py` (`.venv/bin/python bench/explain_plans.py`; it seeds its own scratch",
+        f"database on the embedded server). PostgreSQL {version}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, on a",
+        "2-core machine shared with other work (timings are indicative; the plan shapes and buffer counts are",
+        "what matter).",
+        "",
+        f"Rows by state: {', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}. Pending per queue: "
+        + ", ".join(f"{q} {n:,}" for q, n in PENDING.items())
+        + f"; of the claimed, {MIX['claimed_lapsed']} have lapsed leases; of the failed, {MIX['retry_waiting']:,}"
+        f" wait for a retry, {MIX['retry_due']} are due and {MIX['dead']:,} are dead-letters.",
+        "",
+        "Each reading says which indexes the plan used, whether it scanned the todos table, the rows that",
+        "passed through all plan nodes, and the shared buffers touched. OK means the plan used the index the",
+        "statement was written for (models.py names it beside its query).",
+        "",
+    ]
+    for plan in result:
+        lines += [
+            f"## {plan.title}",
+            "",
+            f"`{plan.statement}` (expects `{plan.expect or 'no table scan'}`)",
+            "",
+            f"**Reading:** {plan.reading}",
+            "",
+            "```",
+            plan.text,
+            "```",
+            "",
+        ]
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text("\n".join(lines))
+    print(f"wrote {OUT}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reseed", action="store_true", help="truncate and seed again")
+    args = parser.parse_args()
+    _django.migrate()
+    have = one("SELECT count(*) FROM todos_todo")[0]
+    if args.reseed or have != TOTAL:
+        seed()
+    result = plans()
+    for plan in result:
+        print(f"{plan.title}: {plan.reading}")
+    write(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Claim + complete cycles per second through todos/queue.py, and the same cycle as raw SQL.
+
+    .venv/bin/python bench/queue_throughput.py                            # 1, 2, 4, 8 workers; 10 s; 3 runs
+    .venv/bin/python bench/queue_throughput.py --duration 3 --runs 1      # a quick look
+
+Each level starts that many worker processes (each sets up Django once and keeps its connections). For
+every run the table is truncated and seeded with pending todos, then all workers loop for --duration
+seconds: ``queue.claim_next(limit=1)`` then ``queue.complete(...)``, or, in raw mode, the very same two
+statements (todos/sql.py's CLAIM_NEXT and COMPLETE, same parameters) through psycopg 3 directly, as
+server-side prepared statements. Modes alternate within each run so both see the same machine load.
+The median of the runs is reported, with the ratio queue/raw (the issue's target: >= 0.70).
+
+Todos go to a dedicated database (switchboard_bench on the embedded server, or DATABASE_URL if its name
+contains "bench"), never the development one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _django  # sets up Django before the app imports below
+
+_django.setup("switchboard_bench")
+
+import psycopg  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from todos import queue, sql  # noqa: E402
+from todos.models import Agent  # noqa: E402
+
+QUEUE = "bench"
+ID, LEASE_ID = 0, 20  # positions in sql.TODO_COLUMNS
+
+
+def seed(n: int) -> None:
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE todos_todo")
+        cur.execute("INSERT INTO todos_queue (name) VALUES (%s) ON CONFLICT DO NOTHING", [QUEUE])
+        cur.execute(
+            """
+            INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
+                                    created_at, updated_at)
+            SELECT 'td_' || replace(gen_random_uuid()::text, '-', ''), %s, 'bench', 'noop', 'job ' || i,
+                   jsonb_build_object('n', i), 'pending', 0, 5, '[]'::jsonb,
+                   now() - interval '1 hour' + i * interval '1 ms', now()
+            FROM generate_series(1, %s) i
+            """,
+            [QUEUE, n],
+        )
+        cur.execute("VACUUM (ANALYZE) todos_todo")
+
+
+def bench_agent() -> Agent:
+    # Unsaved: the queue functions read only its name and scopes.
+    return Agent(name="bench", claim_scopes=[QUEUE], create_scopes=[QUEUE])
+
+
+def run_queue(agent: Agent, until: float) -> tuple[int, int]:
+    done = empty = 0
+    while time.monotonic() < until:
+        todos = queue.claim_next(agent=agent, queues=[QUEUE], limit=1)
+        if not todos:
+            empty += 1
+            continue
+        todo = todos[0]
+        queue.complete(todo.id, agent=agent, lease_id=todo.lease_id)
+        done += 1
+    return done, empty
+
+
+def run_raw(conn: psycopg.Connection[Any], agent: Agent, until: float) -> tuple[int, int]:
+    claim_params = {
+        "scopes": agent.claim_like_patterns(),
+        "wanted": [QUEUE],
+        "agent": agent.name,
+        "owner": agent.name,
+        "limit": 1,
+        "lease_seconds": 300.0,
+    }
+    visible = agent.visible_like_patterns()
+    done = empty = 0
+    while time.monotonic() < until:
+        rows = conn.execute(sql.CLAIM_NEXT, claim_params, prepare=True).fetchall()
+        if not rows:
+            empty += 1
+            continue
+        row = rows[0]
+        conn.execute(
+            sql.COMPLETE,
+            {"id": row[ID], "lease_id": row[LEASE_ID], "agent": agent.name, "visible": visible, "result": None},
+            prepare=True,
+        ).fetchall()
+        done += 1
+    return done, empty
+
+
+def worker(commands: Any, results: Any, barrier: Any) -> None:
+    agent = bench_agent()
+    db = connection.settings_dict
+    conn = psycopg.connect(
+        dbname=db["NAME"],
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        host=db["HOST"] or db.get("OPTIONS", {}).get("host"),
+        port=db["PORT"] or None,
+        autocommit=True,
+    )
+    connection.ensure_connection()
+    while True:
+        command = commands.get()
+        if command is None:
+            break
+        mode, duration = command
+        barrier.wait()
+        until = time.monotonic() + duration
+        results.put(run_queue(agent, until) if mode == "queue" else run_raw(conn, agent, until))
+    conn.close()
+    connection.close()
+
+
+def measure_level(level: int, duration: float, runs: int, seed_rows: int) -> dict[str, list[float]]:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(level + 1)
+    results = ctx.Queue()
+    commands = [ctx.Queue() for _ in range(level)]
+    procs = [ctx.Process(target=worker, args=(commands[i], results, barrier), daemon=True) for i in range(level)]
+    for p in procs:
+        p.start()
+    rates: dict[str, list[float]] = {"queue": [], "raw": []}
+    try:
+        for run in range(runs):
+            # Alternate which mode goes first, so neither always runs on a freshly vacuumed table.
+            for mode in ("queue", "raw") if run % 2 == 0 else ("raw", "queue"):
+                seed(seed_rows)
+                for c in commands:
+                    c.put((mode, duration))
+                barrier.wait(timeout=120)
+                outcomes = [results.get(timeout=duration + 120) for _ in range(level)]
+                done = sum(d for d, _ in outcomes)
+                empty = sum(e for _, e in outcomes)
+                if empty:
+                    print(f"  warning: {mode} level {level} ran out of todos ({empty} empty claims); raise --seed")
+                rates[mode].append(done / duration)
+                print(f"  level {level} run {run + 1} {mode:5}: {done / duration:8.0f} jobs/s", flush=True)
+    finally:
+        for c in commands:
+            c.put(None)
+        for p in procs:
+            p.join(timeout=30)
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
+    parser.add_argument("--levels", default="1,2,4,8", help="worker processes per level (default 1,2,4,8)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per level and mode; the median counts")
+    parser.add_argument("--seed", type=int, default=0, help="pending todos per run (default: enough for 5k/s)")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    seed_rows = args.seed or int(max(20_000, 5_000 * args.duration))
+    _django.migrate()
+    connection.close()  # the workers are spawned, but keep nothing open across the fork-free start anyway
+    print(f"duration {args.duration}s, runs {args.runs}, {seed_rows:,} pending todos per run, db switchboard_bench")
+    table = []
+    for level in levels:
+        rates = measure_level(level, args.duration, args.runs, seed_rows)
+        q, r = statistics.median(rates["queue"]), statistics.median(rates["raw"])
+        table.append((level, q, r))
+    print()
+    print("| workers | queue.py jobs/s | raw SQL jobs/s | queue.py / raw |")
+    print("| ---: | ---: | ---: | ---: |")
+    for level, q, r in table:
+        print(f"| {level} | {q:,.0f} | {r:,.0f} | {q / r:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
