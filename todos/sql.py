@@ -139,14 +139,15 @@ RETURNING {_TODO_COLUMNS}
 """
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
-# not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive).
+# not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
+# the reaper dead-lettered at its cap: only an operator revives a dead-letter (SPEC decision 1).
 HEARTBEAT = f"""
 UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -200,7 +201,8 @@ WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
 RETURNING {_TODO_COLUMNS}
 """
 
-# release: -> pending, handing the attempt back (a voluntary release costs no retry budget).
+# release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
+# a dead-letter: handing back a lease the reaper dead-lettered at its cap would make it claimable again.
 RELEASE = f"""
 UPDATE todos_todo SET
     state = 'pending',
@@ -210,7 +212,7 @@ UPDATE todos_todo SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
 RETURNING {_TODO_COLUMNS}
 """
 

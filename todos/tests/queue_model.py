@@ -137,6 +137,10 @@ class QueueModel:
             return NOT_FOUND, None
         if t.lease != lease or t.owner != agent.name or t.state not in ("claimed", "pending", "failed"):
             return CONFLICT, t
+        # A lease the reaper dead-lettered at its cap may still be completed or failed (SPEC decision 2)
+        # but never taken back or handed back: only an operator revives a dead-letter (decision 1).
+        if t.dead and verb in ("heartbeat", "release"):
+            return CONFLICT, t
         if verb == "heartbeat":
             if self._revives_key(t, True):
                 return CONFLICT, t

@@ -129,3 +129,31 @@ def test_complete_many_reports_one_outcome_per_item(make_agent, make_todo):
     assert isinstance(outcomes[2], TodoNotFound)
     b.refresh_from_db()
     assert b.state == TodoState.CLAIMED
+
+
+@pytest.fixture
+def dead_lettered_by_the_reaper(agent, make_todo):
+    make_todo("q", max_attempts=1)
+    [todo] = queue.claim_next(agent=agent)
+    _lapse(todo)
+    assert queue.reap_once(batch=10).dead_lettered == 1
+    return todo
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "release"])
+def test_heartbeat_or_release_of_a_lease_the_reaper_dead_lettered_is_conflict(agent, dead_lettered_by_the_reaper, verb):
+    todo = dead_lettered_by_the_reaper
+    with pytest.raises(TodoConflict) as err:
+        getattr(queue, verb)(todo.id, agent=agent, lease_id=todo.lease_id)
+    assert err.value.state == "failed" and err.value.extra["dead_letter"] is True
+    todo.refresh_from_db()
+    assert todo.is_dead_letter and todo.attempt == 1
+    # Still never handed out again (SPEC decision 1).
+    assert queue.claim_next(agent=agent) == []
+
+
+def test_complete_of_a_lease_the_reaper_dead_lettered_is_allowed(agent, dead_lettered_by_the_reaper):
+    todo = dead_lettered_by_the_reaper
+    queue.complete(todo.id, agent=agent, lease_id=todo.lease_id, result="late but done")
+    todo.refresh_from_db()
+    assert todo.state == TodoState.DONE and todo.result == "late but done"
