@@ -14,8 +14,11 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from psycopg.types.json import Jsonb
 
 from todos import sql
@@ -46,7 +49,7 @@ class ReapResult:
         return self.requeued + self.dead_lettered + self.retries_promoted
 
 
-def _cursor() -> CursorWrapper:
+def _cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
     """A cursor on Django's connection (same transaction, error wrapping and query logging as
     ``connection.cursor()``) that binds parameters on the server.
 
@@ -55,11 +58,11 @@ def _cursor() -> CursorWrapper:
     bound on the server they are prepared once per connection (OPTIONS prepare_threshold in settings;
     psycopg never prepares client-bound statements, so the ORM is unaffected).
     """
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    raw = psycopg.Cursor(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = psycopg.Cursor(db.connection)
+    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 def _field_positions() -> tuple[list[int], list[tuple[int, Any]]]:
@@ -75,20 +78,29 @@ _ORDER, _DECODE = _field_positions()
 _ATTNAMES = [f.attname for f in Todo._meta.concrete_fields]
 
 
-def _todo(row: tuple[Any, ...]) -> Todo:
-    # What Todo.objects.raw() would build, without its per-query column introspection (a third of
-    # queue.py's own time per transition, measured by bench/queue_throughput.py).
+def _todo(row: tuple[Any, ...], db: BaseDatabaseWrapper) -> Todo:
+    """The Todo that Todo.objects.raw() would build from a row of sql.TODO_COLUMNS, for a fraction of its
+    cost: no per-query column introspection, and (while nothing listens to Todo's init signals) no
+    Model.__init__, which only sets the same attributes one by one. bench/queue_throughput.py measures it."""
     values = [row[i] for i in _ORDER]
     for i, field in _DECODE:
-        values[i] = field.from_db_value(values[i], None, connection)
-    return Todo.from_db(connection.alias, _ATTNAMES, values)
+        values[i] = field.from_db_value(values[i], None, db)
+    if pre_init.has_listeners(Todo) or post_init.has_listeners(Todo):
+        return Todo.from_db(db.alias, _ATTNAMES, values)
+    todo = Todo.__new__(Todo)
+    todo.__dict__.update(zip(_ATTNAMES, values, strict=True))
+    todo._state = ModelState()
+    todo._state.adding = False
+    todo._state.db = db.alias
+    return todo
 
 
 def _rows(statement: str, params: dict[str, Any]) -> list[Todo]:
     """Run a statement that returns sql.TODO_COLUMNS; build its rows into Todos."""
-    with _cursor() as cursor:
+    db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per use
+    with _cursor(db) as cursor:
         cursor.execute(statement, params)
-        return [_todo(row) for row in cursor.fetchall()]
+        return [_todo(row, db) for row in cursor.fetchall()]
 
 
 def _rows_reviving(statement: str, params: dict[str, Any], action: str, todo_id: str) -> list[Todo]:
@@ -322,7 +334,7 @@ def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "",
 
 def requeue_lapsed(*, batch: int) -> LapseResult:
     """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
-    with _cursor() as cursor:
+    with _cursor(connections[DEFAULT_DB_ALIAS]) as cursor:
         cursor.execute(sql.REQUEUE_LAPSED, {"batch": batch})
         states = [state for _, _, state in cursor.fetchall()]
     dead = states.count("failed")
@@ -331,7 +343,7 @@ def requeue_lapsed(*, batch: int) -> LapseResult:
 
 def promote_due_retries(*, batch: int) -> int:
     """One batch of failed todos whose retry is due: -> pending."""
-    with _cursor() as cursor:
+    with _cursor(connections[DEFAULT_DB_ALIAS]) as cursor:
         cursor.execute(sql.PROMOTE_DUE_RETRIES, {"batch": batch})
         return len(cursor.fetchall())
 

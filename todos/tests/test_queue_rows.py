@@ -1,0 +1,46 @@
+"""queue.py builds the Todos it returns from its statements' rows itself (bench/queue_throughput.py:
+RawQuerySet and Model.__init__ were most of its own cost). Those Todos must be ordinary model instances."""
+
+from __future__ import annotations
+
+from django.db.models.signals import post_init
+
+from todos import queue
+from todos.models import Todo
+
+
+def _fields(todo: Todo) -> dict:
+    return {f.attname: getattr(todo, f.attname) for f in Todo._meta.concrete_fields}
+
+
+def test_claimed_todo_equals_the_row_the_orm_reads(agent, make_todo):
+    make_todo("q", payload={"n": [1, 2]}, idempotency_key="k", errors=[{"error": "before"}])
+    [todo] = queue.claim_next(agent=agent)
+    assert _fields(todo) == _fields(Todo.objects.get(pk=todo.pk))
+    assert todo.payload == {"n": [1, 2]} and todo.errors == [{"error": "before"}]
+    assert todo.created_at.utcoffset().total_seconds() == 0
+
+
+def test_returned_todo_saves_as_an_update_not_an_insert(agent, make_todo):
+    make_todo("q")
+    [todo] = queue.claim_next(agent=agent)
+    assert todo._state.adding is False and todo._state.db == "default"
+    todo.title = "renamed"
+    todo.save(update_fields=["title"])
+    assert Todo.objects.get(pk=todo.pk).title == "renamed"
+    assert Todo.objects.count() == 1
+
+
+def test_init_signal_listeners_still_see_returned_todos(agent, make_todo):
+    make_todo("q")
+    seen: list[str] = []
+
+    def listener(sender, instance, **kwargs):
+        seen.append(instance.id)
+
+    post_init.connect(listener, sender=Todo)
+    try:
+        [todo] = queue.claim_next(agent=agent)
+    finally:
+        post_init.disconnect(listener, sender=Todo)
+    assert seen == [todo.id]
