@@ -313,3 +313,27 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
 
 def known_queues() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
+
+
+def retry_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
+    """retry-waiting (failed, next_retry_at set) -> pending now, without waiting for the backoff."""
+    rows = _rows(sql.RETRY_NOW, {"id": todo_id, "operator": operator, "visible": _visible(agent)})
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "retry now")
+
+
+def discard(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
+    """pending or failed -> done with result {"discarded_by", "reason"}. Not from claimed: force-release first."""
+    rows = _rows(sql.DISCARD, {"id": todo_id, "operator": operator, "reason": reason, "visible": _visible(agent)})
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "discard")
+
+
+def force_release(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
+    """claimed -> pending whatever the receipt (a stuck worker); recorded in errors, attempt kept."""
+    rows = _rows(sql.FORCE_RELEASE, {"id": todo_id, "operator": operator, "visible": _visible(agent)})
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "force-release")
