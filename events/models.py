@@ -29,6 +29,8 @@ class Event(models.Model):
             # The events API and admin list newest first, optionally by source.
             models.Index(fields=["source", "-received_at"], name="event_source_recent"),
             models.Index(fields=["-received_at"], name="event_recent"),
+            # The admin's type filter (newest first) and its choices (a skip scan of this index).
+            models.Index(fields=["type", "-received_at"], name="event_type_recent"),
         ]
 
     def __str__(self) -> str:

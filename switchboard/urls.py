@@ -1,6 +1,11 @@
 from django.contrib import admin
 from django.urls import path
 
+from todos import dashboard
+
 urlpatterns = [
+    # Staff only (admin_view sends anyone else to the admin login).
+    path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),
+    path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
     path("admin/", admin.site.urls),
 ]

@@ -59,7 +59,9 @@ def _rows_reviving(statement: str, params: dict[str, Any], action: str, todo_id:
         return _rows(statement, params)
     except IntegrityError as exc:
         raise TodoConflict(
-            f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.", state="failed"
+            f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.",
+            state="failed",
+            reason="idempotency_key_taken",
         ) from exc
 
 
