@@ -77,7 +77,8 @@ class QueueHealth:
 
 
 def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
-    """Every queue with anything unfinished or anything finished in the window, by name."""
+    """Every queue with anything unfinished or anything finished in the window, by name, and the
+    database's now() (ages are measured against the database's clock, SPEC decision 7)."""
     queues: dict[str, QueueHealth] = {}
 
     def get(name: str) -> QueueHealth:
@@ -92,15 +93,15 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
             setattr(health, what, count)
             if what == "pending":
                 health.oldest_pending = oldest
-        cursor.execute("SELECT date_trunc('minute', now())")
-        this_minute = cursor.fetchone()[0]
+        cursor.execute("SELECT now(), date_trunc('minute', now())")
+        now, this_minute = cursor.fetchone()
         cursor.execute(PER_MINUTE, {"minutes": minutes})
         for name, what, minute, count in cursor.fetchall():
             slot = minutes - 1 - int((this_minute - minute) / timedelta(minutes=1))
             if 0 <= slot < minutes:
                 series = get(name).done_per_minute if what == "done" else get(name).failed_per_minute
                 series[slot] += count
-    return sorted(queues.values(), key=lambda q: q.name), this_minute
+    return sorted(queues.values(), key=lambda q: q.name), now
 
 
 def chart_svg_bars(done: list[int], failed: list[int], *, width: int = 240, height: int = 40) -> dict:

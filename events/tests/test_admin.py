@@ -1,0 +1,60 @@
+"""The event admin: filters, pretty payload, its todos, and the replay action's guard."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from events import admin as event_admin
+from events.models import Event
+from todos import queue
+
+
+@pytest.fixture
+def events(db):
+    return [
+        Event.objects.create(source="gh", type="push", delivery_id="d1", payload={"ref": "main", "n": 1}),
+        Event.objects.create(source="gh", type="pull_request.opened", delivery_id="d2"),
+        Event.objects.create(source="stripe", type="charge.failed", delivery_id="d3"),
+    ]
+
+
+def test_event_list_filters_by_source_and_type(admin_client, events, django_assert_max_num_queries):
+    url = reverse("admin:events_event_changelist")
+    with django_assert_max_num_queries(10):
+        body = admin_client.get(url, {"source": "gh", "type": "push"}).content.decode()
+    assert events[0].id in body and events[1].id not in body and events[2].id not in body
+    assert "?source=stripe" in body and "type=charge.failed" in body  # choices from the data
+
+
+def test_event_search_is_exact(admin_client, events):
+    url = reverse("admin:events_event_changelist")
+    body = admin_client.get(url, {"q": "d2"}).content.decode()
+    assert events[1].id in body and events[0].id not in body
+    assert events[2].id in admin_client.get(url, {"q": events[2].id}).content.decode()
+
+
+def test_event_detail_shows_payload_and_its_todos(admin_client, events):
+    todo, _ = queue.create(queue="q", title="from the push", event_id=events[0].id)
+    body = admin_client.get(reverse("admin:events_event_change", args=[events[0].id])).content.decode()
+    assert "&quot;ref&quot;: &quot;main&quot;" in body
+    assert reverse("admin:todos_todo_change", args=[todo.id]) in body
+    assert 'name="_save"' not in body
+
+
+def test_replay_action_is_hidden_until_ingest_provides_it(admin_client, events, monkeypatch):
+    url = reverse("admin:events_event_changelist")
+    monkeypatch.setattr(event_admin, "replay_function", lambda: None)
+    assert b'value="replay"' not in admin_client.get(url).content
+    replayed = []
+    monkeypatch.setattr(event_admin, "replay_function", lambda: replayed.append)
+    assert b'value="replay"' in admin_client.get(url).content
+    admin_client.post(url, {"action": "replay", "_selected_action": [events[0].id, events[1].id]})
+    assert sorted(e.id for e in replayed) == sorted([events[0].id, events[1].id])
+
+
+def test_events_cannot_be_added_changed_or_deleted(admin_client, events):
+    assert admin_client.get(reverse("admin:events_event_add")).status_code == 403
+    response = admin_client.post(reverse("admin:events_event_delete", args=[events[0].id]), {"post": "yes"})
+    assert response.status_code == 403
+    assert Event.objects.filter(pk=events[0].id).exists()
