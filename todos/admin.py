@@ -124,7 +124,7 @@ class TodoAdmin(admin.ModelAdmin):
     readonly_fields = [f for _, opts in fieldsets for f in opts["fields"]]
 
     # batches of "apply to every matching todo" (todos/admin_bulk.py)
-    bulk_batch_size = 200
+    bulk_batch_size = 500
     bulk_request_cap = 5000
     bulk_request_seconds = 8.0
 

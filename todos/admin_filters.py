@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from switchboard.admin_tools import distinct_values
@@ -31,14 +31,14 @@ class _YesNoFilter(admin.SimpleListFilter):
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
         return [("yes", "Yes"), ("no", "No")]
 
-    def matching(self, queryset: QuerySet) -> QuerySet:
+    def condition(self) -> Q:
         raise NotImplementedError
 
     def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
-            return self.matching(queryset)
+            return queryset.filter(self.condition())
         if self.value() == "no":
-            return queryset.exclude(pk__in=self.matching(queryset.model.objects.all()).values("pk"))
+            return queryset.exclude(self.condition())
         return queryset
 
 
@@ -46,16 +46,16 @@ class DeadLetterFilter(_YesNoFilter):
     title = "dead-letter"
     parameter_name = "dead"
 
-    def matching(self, queryset: QuerySet) -> QuerySet:
-        return queryset.dead_lettered()  # type: ignore[attr-defined]
+    def condition(self) -> Q:
+        return Q(state=TodoState.FAILED, next_retry_at__isnull=True)
 
 
 class RetryWaitingFilter(_YesNoFilter):
     title = "retry-waiting"
     parameter_name = "retry_waiting"
 
-    def matching(self, queryset: QuerySet) -> QuerySet:
-        return queryset.retry_waiting()  # type: ignore[attr-defined]
+    def condition(self) -> Q:
+        return Q(state=TodoState.FAILED, next_retry_at__isnull=False)
 
 
 class LapsedFilter(_YesNoFilter):
@@ -64,8 +64,8 @@ class LapsedFilter(_YesNoFilter):
     title = "lease lapsed"
     parameter_name = "lapsed"
 
-    def matching(self, queryset: QuerySet) -> QuerySet:
-        return queryset.filter(state=TodoState.CLAIMED, lease_expires_at__lt=Now())
+    def condition(self) -> Q:
+        return Q(state=TodoState.CLAIMED, lease_expires_at__lt=Now())
 
 
 class _ValueFilter(admin.SimpleListFilter):

@@ -22,6 +22,7 @@ class Op:
     verb: str  # "3 retried"
     skip_hint: str  # why the skipped ones were skipped, after their states
     run: Callable[[str, str, str], Todo]  # (todo_id, operator, note) -> the todo after the transition
+    run_many: Callable[[list[str], str, str], list[Todo]]  # (ids, operator, note) -> the todos it moved
     note_label: str = ""  # non-empty: the action asks for a note on a confirmation page first
 
     def log_message(self, note: str) -> str:
@@ -37,6 +38,7 @@ OPS: dict[str, Op] = {
             "retried",
             "only dead-letters can be retried",
             lambda pk, who, note: queue.retry_dead_letter(pk, mode="reset", operator=who, note=note),
+            lambda ids, who, note: queue.retry_dead_letter_many(ids, mode="reset", operator=who, note=note),
             note_label="Note (optional, kept in the todo's history)",
         ),
         Op(
@@ -45,6 +47,7 @@ OPS: dict[str, Op] = {
             "retried",
             "only dead-letters can be retried",
             lambda pk, who, note: queue.retry_dead_letter(pk, mode="once", operator=who, note=note),
+            lambda ids, who, note: queue.retry_dead_letter_many(ids, mode="once", operator=who, note=note),
             note_label="Note (optional, kept in the todo's history)",
         ),
         Op(
@@ -53,6 +56,7 @@ OPS: dict[str, Op] = {
             "made claimable now",
             "only retry-waiting todos can be retried now",
             lambda pk, who, note: queue.retry_now(pk, operator=who),
+            lambda ids, who, note: queue.retry_now_many(ids, operator=who),
         ),
         Op(
             "discard",
@@ -60,6 +64,7 @@ OPS: dict[str, Op] = {
             "discarded",
             "only pending and failed todos can be discarded; force-release a claimed one first",
             lambda pk, who, note: queue.discard(pk, operator=who, reason=note),
+            lambda ids, who, note: queue.discard_many(ids, operator=who, reason=note),
             note_label="Reason (optional, stored in the todo's result)",
         ),
         Op(
@@ -68,6 +73,7 @@ OPS: dict[str, Op] = {
             "released",
             "only claimed todos can be force-released",
             lambda pk, who, note: queue.force_release(pk, operator=who),
+            lambda ids, who, note: queue.force_release_many(ids, operator=who),
         ),
     )
 }
@@ -96,21 +102,46 @@ def skip_reason(exc: TodoConflict | TodoNotFound) -> str:
         return "gone"
     if exc.extra.get("reason") == "idempotency_key_taken":
         return "with their idempotency key held by a newer todo"
-    if exc.state == "failed":
-        return "dead-letter" if exc.extra.get("dead_letter") else "retry-waiting"
-    return exc.state
+    return _label(exc.state, bool(exc.extra.get("dead_letter")))
+
+
+def _label(state: str, no_retry: bool) -> str:
+    if state == "failed":
+        return "dead-letter" if no_retry else "retry-waiting"
+    return state
+
+
+def _classify(ids: set[str]) -> Counter[str]:
+    """Why each of these was not moved: its state now (one query for the lot); absent ones are gone."""
+    reasons: Counter[str] = Counter()
+    found = Todo.objects.filter(pk__in=ids).values_list("pk", "state", "next_retry_at")
+    for _, state, next_retry_at in found:
+        reasons[_label(state, next_retry_at is None)] += 1
+    missing = len(ids) - reasons.total()
+    if missing:
+        reasons["gone"] += missing
+    return reasons
 
 
 def apply(op: Op, ids: Iterable[str], *, user_id: int, operator: str, note: str = "") -> Outcome:
-    """Run ``op`` on each todo (each its own guarded UPDATE, so no lock outlives a statement) and log
-    the successes in the admin log (one INSERT for the lot)."""
+    """Run ``op`` on a batch of todos: one guarded UPDATE for the batch (rows lock for that one
+    statement only), one query to explain the skips, and one INSERT into the admin log."""
+    ids = list(dict.fromkeys(ids))
     outcome = Outcome()
     done: list[Todo] = []
-    for pk in ids:
+    if ids:
         try:
-            done.append(op.run(pk, operator, note))
-        except (TodoConflict, TodoNotFound) as exc:
-            outcome.skipped[skip_reason(exc)] += 1
+            done = op.run_many(ids, operator, note)
+            outcome.skipped = _classify(set(ids) - {t.pk for t in done})
+        except TodoConflict:
+            # A retry whose idempotency key a newer todo holds fails the whole statement; one by one,
+            # the others go through and that one is skipped with its reason.
+            done = []
+            for pk in ids:
+                try:
+                    done.append(op.run(pk, operator, note))
+                except (TodoConflict, TodoNotFound) as exc:
+                    outcome.skipped[skip_reason(exc)] += 1
     outcome.succeeded = len(done)
     if done:
         LogEntry.objects.log_actions(

@@ -317,25 +317,56 @@ def known_queues() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
 
 
+def retry_dead_letter_many(
+    ids: Sequence[str], *, mode: str, operator: str, note: str = "", agent: Agent | None = None
+) -> list[Todo]:
+    """retry_dead_letter for a batch, in one statement; returns the todos retried (the others did not
+    pass the guard). A newer runnable todo holding one row's key fails the whole statement with
+    TodoConflict(reason="idempotency_key_taken"): retry those one by one to find it."""
+    if mode not in ("reset", "once"):
+        raise InvalidTransitionInput("mode must be 'reset' or 'once'.", field="mode")
+    return _rows_reviving(
+        sql.RETRY_DEAD_LETTER_MANY,
+        {"ids": list(ids), "mode": mode, "operator": operator, "note": note, "visible": _visible(agent)},
+        "retry",
+        "a batch",
+    )
+
+
+def retry_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
+    """retry-waiting (failed, next_retry_at set) -> pending now, for each id that is retry-waiting."""
+    return _rows(sql.RETRY_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
 def retry_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
     """retry-waiting (failed, next_retry_at set) -> pending now, without waiting for the backoff."""
-    rows = _rows(sql.RETRY_NOW, {"id": todo_id, "operator": operator, "visible": _visible(agent)})
+    rows = retry_now_many([todo_id], operator=operator, agent=agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "retry now")
 
 
+def discard_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
+    """pending or failed -> done with result {"discarded_by", "reason"}, for each id that qualifies."""
+    return _rows(sql.DISCARD, {"ids": list(ids), "operator": operator, "reason": reason, "visible": _visible(agent)})
+
+
 def discard(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
     """pending or failed -> done with result {"discarded_by", "reason"}. Not from claimed: force-release first."""
-    rows = _rows(sql.DISCARD, {"id": todo_id, "operator": operator, "reason": reason, "visible": _visible(agent)})
+    rows = discard_many([todo_id], operator=operator, reason=reason, agent=agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "discard")
 
 
+def force_release_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
+    """claimed -> pending whatever the receipt, for each id that is claimed."""
+    return _rows(sql.FORCE_RELEASE, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
 def force_release(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
     """claimed -> pending whatever the receipt (a stuck worker); recorded in errors, attempt kept."""
-    rows = _rows(sql.FORCE_RELEASE, {"id": todo_id, "operator": operator, "visible": _visible(agent)})
+    rows = force_release_many([todo_id], operator=operator, agent=agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "force-release")

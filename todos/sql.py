@@ -271,6 +271,9 @@ FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
 """
 
 # --- Operator transitions (the admin's actions). Each names the operator in errors or result. -------
+# Each takes a list of ids (%(ids)s) so the admin's bulk runs make one statement per batch; the
+# single-todo functions pass a list of one. The guard applies to each row on its own: rows that do
+# not pass it are left alone and simply not returned.
 
 # retry_now (operator): retry-waiting -> pending at once, as promote_due_retries would do when the retry
 # falls due. Straight to pending (not next_retry_at = now()) so the operator sees the effect on the
@@ -282,7 +285,7 @@ UPDATE todos_todo t SET
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry now', 'operator', %(operator)s::text)),
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
@@ -300,7 +303,7 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = %(id)s AND t.state IN ('pending', 'failed') AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'failed') AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -317,6 +320,9 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = %(id)s AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
+
+# retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
+RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")

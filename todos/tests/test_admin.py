@@ -79,6 +79,32 @@ def test_changelist_dead_filter_lists_only_dead_letters_and_marks_them(admin_cli
     assert "retry in" in waiting_page
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("dead=yes", {"dead"}),
+        ("dead=no", {"pending", "waiting", "lapsed", "done"}),
+        ("retry_waiting=yes", {"waiting"}),
+        ("retry_waiting=no", {"pending", "dead", "lapsed", "done"}),
+        ("lapsed=yes", {"lapsed"}),
+        ("lapsed=no", {"pending", "dead", "waiting", "done"}),
+        ("state=failed", {"dead", "waiting"}),
+        ("state=done", {"done"}),
+    ],
+)
+def test_changelist_state_filters_select_exactly(admin_client, make_todo, query, expected):
+    todos = {
+        "pending": make_todo("q"),
+        "dead": make_todo("q", **DEAD),
+        "waiting": make_todo("q", **WAITING),
+        "lapsed": make_todo("q", state=TodoState.CLAIMED, attempt=1, lease_expires_at=Now() - timedelta(seconds=5)),
+        "done": make_todo("q", state=TodoState.DONE),
+    }
+    response = admin_client.get(reverse(CHANGELIST) + f"?{query}")
+    shown = {t.pk for t in response.context["cl"].result_list}
+    assert shown == {todos[name].pk for name in expected}
+
+
 def test_changelist_filter_choices_come_from_the_data(admin_client, make_todo):
     make_todo("alpha", kind="k1", source="s1", assignee="carol")
     make_todo("beta", kind="k2", source="s2")

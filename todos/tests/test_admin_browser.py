@@ -127,6 +127,10 @@ def test_operator_retries_two_dead_letters_and_opens_the_dashboard(live_server, 
         page.screenshot(path=str(SCREENSHOTS / "pending-after-retry-dark.png"), full_page=True)
         page.emulate_media(color_scheme="light")
 
+        page.goto(f"{live_server.url}/admin/todos/todo/{chosen[0]}/change/")
+        seen["detail"] = page.locator(".sb-timeline").inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "todo-detail.png"), full_page=True)
+
         page.goto(f"{live_server.url}/admin/")
         page.click("text=Queue dashboard")
         page.wait_for_selector("#sb-queues")
@@ -150,3 +154,4 @@ def test_operator_retries_two_dead_letters_and_opens_the_dashboard(live_server, 
     assert Todo.objects.get(pk=dead[2].id).is_dead_letter
     assert "github.reviews" in seen["dashboard"] and "deploys" in seen["dashboard"]
     assert not seen["narrow_overflow"]
+    assert "operator retry" in seen["detail"] and "model endpoint back up" in seen["detail"]

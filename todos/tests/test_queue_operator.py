@@ -95,3 +95,36 @@ def test_force_release_of_a_pending_todo_is_conflict(make_todo):
     with pytest.raises(TodoConflict) as exc:
         queue.force_release(todo.id, operator="ops")
     assert exc.value.state == "pending"
+
+
+def test_retry_dead_letter_many_retries_only_the_dead_letters(make_todo):
+    dead = [make_todo("q", state=TodoState.FAILED, attempt=5, next_retry_at=None) for _ in range(3)]
+    pending = make_todo("q")
+    retried = queue.retry_dead_letter_many([*(t.id for t in dead), pending.id], mode="once", operator="ops")
+    assert sorted(t.id for t in retried) == sorted(t.id for t in dead)
+    for todo in dead:
+        todo.refresh_from_db()
+        assert todo.state == TodoState.PENDING and todo.max_attempts == 6
+        assert todo.errors[-1]["mode"] == "once" and todo.errors[-1]["operator"] == "ops"
+    pending.refresh_from_db()
+    assert pending.errors == []
+
+
+def test_retry_dead_letter_many_with_a_taken_key_is_conflict_and_changes_nothing(make_todo):
+    free = make_todo("q", state=TodoState.FAILED, attempt=5, next_retry_at=None)
+    taken = make_todo("q", idempotency_key="k", state=TodoState.FAILED, attempt=5, next_retry_at=None)
+    make_todo("q", idempotency_key="k")
+    with pytest.raises(TodoConflict) as exc:
+        queue.retry_dead_letter_many([free.id, taken.id], mode="reset", operator="ops")
+    assert exc.value.extra["reason"] == "idempotency_key_taken"
+    free.refresh_from_db()
+    assert free.is_dead_letter
+
+
+def test_discard_many_and_force_release_many_move_only_what_their_guard_allows(agent, make_todo):
+    make_todo("q")
+    [claimed] = queue.claim_next(agent=agent)
+    pending = make_todo("q")
+    assert [t.id for t in queue.discard_many([claimed.id, pending.id], operator="ops")] == [pending.id]
+    assert [t.id for t in queue.force_release_many([claimed.id, pending.id], operator="ops")] == [claimed.id]
+    assert [t.id for t in queue.retry_now_many([claimed.id, pending.id], operator="ops")] == []
