@@ -21,7 +21,7 @@ def events(db):
 
 def test_event_list_filters_by_source_and_type(admin_client, events, django_assert_max_num_queries):
     url = reverse("admin:events_event_changelist")
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(6):
         body = admin_client.get(url, {"source": "gh", "type": "push"}).content.decode()
     assert events[0].id in body and events[1].id not in body and events[2].id not in body
     assert "?source=stripe" in body and "type=charge.failed" in body  # choices from the data

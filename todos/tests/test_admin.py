@@ -61,7 +61,9 @@ def test_changelist_renders_each_filter_in_few_queries(
 ):
     for i in range(60):  # more than a page
         make_todo("github", kind="review", source="gh", assignee="bob" if i % 2 else None, title=f"some title {i}")
-    with django_assert_max_num_queries(14):
+    # session, user, 4 filter-choice queries, the count (+1 unfiltered: reltuples, then a capped count
+    # on a table this small), the page
+    with django_assert_max_num_queries(9):
         response = admin_client.get(reverse(CHANGELIST) + f"?{query}")
     assert response.status_code == 200
 
