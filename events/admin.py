@@ -149,7 +149,21 @@ class EventAdmin(admin.ModelAdmin):
             self.message_user(request, "Replay is not available in this installation.", messages.ERROR)
             return
         events = list(queryset[:MAX_TODOS_SHOWN])
+        replayed = created = existing = 0
+        failures = []
         for event in events:
-            replay(event)
-            self.log_change(request, event, "Replayed")
-        self.message_user(request, f"{len(events)} event(s) replayed.")
+            try:
+                routed = replay(event) or []
+            except Exception as exc:  # e.g. RoutingFailed: report it and go on with the other events
+                failures.append(f"{event.pk}: {exc}")
+                continue
+            replayed += 1
+            new = sum(1 for r in routed if getattr(r, "created", False))
+            created += new
+            existing += len(routed) - new
+            self.log_change(request, event, f"Replayed: {new} new todo(s), {len(routed) - new} already there")
+        self.message_user(
+            request, f"{replayed} event(s) replayed: {created} new todo(s), {existing} already there (not duplicated)."
+        )
+        if failures:
+            self.message_user(request, "Not replayed: " + "; ".join(failures), messages.ERROR)

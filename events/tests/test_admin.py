@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from events import admin as event_admin
@@ -46,11 +49,23 @@ def test_replay_action_is_hidden_until_ingest_provides_it(admin_client, events, 
     url = reverse("admin:events_event_changelist")
     monkeypatch.setattr(event_admin, "replay_function", lambda: None)
     assert b'value="replay"' not in admin_client.get(url).content
+
     replayed = []
-    monkeypatch.setattr(event_admin, "replay_function", lambda: replayed.append)
+
+    def fake_replay(event):  # stands in for ingest.routing.replay: no database is faked here
+        replayed.append(event.id)
+        if event.delivery_id == "d3":
+            raise RuntimeError("route 4 could not make its todo")
+        return [SimpleNamespace(created=True), SimpleNamespace(created=False)]
+
+    monkeypatch.setattr(event_admin, "replay_function", lambda: fake_replay)
     assert b'value="replay"' in admin_client.get(url).content
-    admin_client.post(url, {"action": "replay", "_selected_action": [events[0].id, events[1].id]})
-    assert sorted(e.id for e in replayed) == sorted([events[0].id, events[1].id])
+    response = admin_client.post(url, {"action": "replay", "_selected_action": [e.id for e in events]}, follow=True)
+    assert sorted(replayed) == sorted(e.id for e in events)
+    messages = [str(m) for m in response.context["messages"]]
+    assert messages[0] == "2 event(s) replayed: 2 new todo(s), 2 already there (not duplicated)."
+    assert messages[1] == f"Not replayed: {events[2].id}: route 4 could not make its todo"
+    assert LogEntry.objects.filter(object_id=events[0].id, change_message__startswith="Replayed").exists()
 
 
 def test_events_cannot_be_added_changed_or_deleted(admin_client, events):
