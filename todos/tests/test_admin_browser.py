@@ -70,6 +70,14 @@ def operator(transactional_db, settings):
     return ("ops", "ops-password-1")
 
 
+def _login(page: Any, base: str, credentials: tuple[str, str]) -> None:
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", credentials[0])
+    page.fill("#id_password", credentials[1])
+    page.click("input[type=submit]")
+    page.wait_for_selector("#sb-operations")
+
+
 def _dead(make_todo, title: str) -> Todo:
     todo = make_todo("github.reviews", title=title, kind="review", payload={"pr": 7})
     Todo.objects.filter(pk=todo.pk).update(
@@ -101,12 +109,7 @@ def test_operator_retries_two_dead_letters_and_opens_the_dashboard(live_server, 
 
     def flow(page: Any) -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-        page.fill("#id_username", operator[0])
-        page.fill("#id_password", operator[1])
-        page.click("input[type=submit]")
-        page.wait_for_selector("#sb-operations")
-
+        _login(page, live_server.url, operator)
         page.click("text=Dead-letters")  # from the index's Operations box
         page.wait_for_selector("#result_list")
         seen["dead_rows"] = page.locator("#result_list tbody tr").count()
@@ -155,3 +158,41 @@ def test_operator_retries_two_dead_letters_and_opens_the_dashboard(live_server, 
     assert "github.reviews" in seen["dashboard"] and "deploys" in seen["dashboard"]
     assert not seen["narrow_overflow"]
     assert "operator retry" in seen["detail"] and "model endpoint back up" in seen["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_retries_every_matching_dead_letter_in_batches(live_server, operator, make_todo, monkeypatch):
+    from todos.admin import TodoAdmin
+
+    dead = [_dead(make_todo, f"Review PR #{n}") for n in range(7)]
+    elsewhere = make_todo("deploys", title="Deploy main")
+    Todo.objects.filter(pk=elsewhere.pk).update(state=TodoState.FAILED, attempt=5)
+    # Small batches and a small per-request cap, so the run takes several auto-continued requests.
+    monkeypatch.setattr(TodoAdmin, "bulk_batch_size", 2)
+    monkeypatch.setattr(TodoAdmin, "bulk_request_cap", 2)
+
+    def flow(page: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        _login(page, live_server.url, operator)
+        page.goto(f"{live_server.url}/admin/todos/todo/?dead=yes&queue=github.reviews")
+        page.click("#sb-bulk summary")
+        page.click("#sb-bulk a:has-text('Retry once')")
+        seen["confirm"] = page.locator("#content").inner_text()
+        page.fill("#id_note", "replaying after the outage")
+        page.click("input[type=submit][value^='Start']")
+        page.wait_for_selector("ul.messagelist li", timeout=60_000)  # after the last auto-continue
+        seen["message"] = page.locator("ul.messagelist li").first.inner_text()
+        seen["url"] = page.url
+        return seen
+
+    seen = in_browser(flow)
+
+    assert "That is 7 todos now" in seen["confirm"]
+    assert seen["message"] == "Every matching todo: 7 retried."
+    assert seen["url"].endswith("/admin/todos/todo/?dead=yes&queue=github.reviews")
+    for todo in dead:
+        todo.refresh_from_db()
+        assert todo.state == TodoState.PENDING and todo.max_attempts == 6
+        assert todo.errors[-1]["note"] == "replaying after the outage"
+    elsewhere.refresh_from_db()
+    assert elsewhere.is_dead_letter
