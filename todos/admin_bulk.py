@@ -37,6 +37,18 @@ def _changelist_url(query: str) -> str:
     return f"{url}?{query}" if query else url
 
 
+def _running_totals(request: HttpRequest) -> Outcome:
+    """The counts so far, carried by the Continue form; malformed ones start again from zero."""
+    try:
+        succeeded = int(request.POST.get("succeeded", "0") or 0)
+        skipped = json.loads(request.POST.get("skipped", "{}") or "{}")
+        totals = Outcome(succeeded=succeeded)
+        totals.skipped.update({str(k): int(v) for k, v in skipped.items()})
+    except (ValueError, TypeError, AttributeError):
+        return Outcome()
+    return totals
+
+
 def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> HttpResponse:
     op = OPS.get(op_name)
     if op is None:
@@ -59,6 +71,10 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
         "search": cl.query,
         "changelist_url": _changelist_url(query),
     }
+    if not context["filters"] and not context["search"]:
+        # One click must never retry or discard every todo there is: narrow it down first.
+        messages.error(request, "Choose a filter or a search first: an action for every todo is not offered.")
+        return HttpResponseRedirect(_changelist_url(query))
     if request.method != "POST":
         context["estimate"] = cl.result_count
         context["estimate_capped"] = cl.paginator.count_is_capped
@@ -67,8 +83,7 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
 
     note = request.POST.get("note", "")[:1000]
     after = request.POST.get("after", "")
-    totals = Outcome(succeeded=int(request.POST.get("succeeded", "0") or 0))
-    totals.skipped.update(json.loads(request.POST.get("skipped", "{}") or "{}"))
+    totals = _running_totals(request)
     started = time.monotonic()
     handled = 0
     finished = False

@@ -331,6 +331,26 @@ def test_bulk_counts_skips_by_reason(admin_client, make_todo, dead):
     ]
 
 
+def test_bulk_is_offered_only_on_a_filtered_list(admin_client, dead):
+    assert b'id="sb-bulk"' not in admin_client.get(reverse(CHANGELIST)).content
+    body = admin_client.get(reverse(CHANGELIST) + "?dead=yes").content.decode()
+    assert 'id="sb-bulk"' in body
+    assert reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes" in body
+
+
+def test_bulk_without_a_filter_is_refused(admin_client, dead):
+    url = reverse("admin:todos_todo_bulk", args=["discard"])
+    response = admin_client.post(url, {"note": "oops"}, follow=True)
+    assert _messages(response) == ["Choose a filter or a search first: an action for every todo is not offered."]
+    assert Todo.objects.dead_lettered().count() == 3
+
+
+def test_bulk_with_malformed_totals_starts_counting_again(admin_client, dead):
+    url = reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes"
+    response = admin_client.post(url, {"succeeded": "x", "skipped": '{"a": "b"}'}, follow=True)
+    assert _messages(response) == ["Every matching todo: 3 retried."]
+
+
 def test_bulk_unknown_action_is_404(admin_client):
     assert admin_client.get(reverse("admin:todos_todo_bulk", args=["explode"])).status_code == 404
 
