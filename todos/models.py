@@ -152,7 +152,7 @@ class Todo(models.Model):
             ),
             # The admin's changelist (todos/admin.py) lists newest first, unfiltered or by one filter;
             # each filter walks its own (column, created_at) index backwards and stops after a page,
-            # and its choices come from a skip scan of the same index (todos/admin_lists.py). Every
+            # and its choices come from a skip scan of the same index (switchboard/admin_tools.py). Every
             # index costs each state change a tuple (state changes are never HOT updates anyway);
             # docs/benchmarks.md "Admin at 1M rows" shows the plans these serve.
             models.Index(fields=["created_at"], name="todo_admin_recent"),
