@@ -280,6 +280,13 @@ def test_action_refuses_an_offsite_return_address(admin_client, make_todo):
     assert response["Location"] != "https://evil.example/"
 
 
+def test_select_all_offers_every_matching_todo_not_a_capped_number(admin_client, make_todo):
+    for _ in range(55):  # more than a page
+        make_todo("q")
+    body = admin_client.get(reverse(CHANGELIST) + "?queue=q").content.decode()
+    assert "Select every matching todo (all pages)" in body
+
+
 def test_select_all_hands_over_to_the_batched_view(admin_client, dead):
     response = admin_client.post(
         reverse(CHANGELIST) + "?dead=yes",
