@@ -13,3 +13,6 @@ from switchboard.settings import *  # noqa: F403
 
 # Tests render admin pages without running collectstatic first.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+# Nor is there a STATIC_ROOT to scan: WhiteNoise looks files up per request instead of warning (an
+# error under filterwarnings) that the folder is missing.
+WHITENOISE_AUTOREFRESH = True
