@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 import logging
 import time
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 import pytest
+import standardwebhooks
+import stripe
 
 from events.models import Event
 from ingest.tests.conftest import (
     GITHUB_SECRET,
+    STANDARD_SECRET,
+    STRIPE_SECRET,
     github_headers,
     hmac_headers,
     pr_payload,
@@ -83,8 +88,10 @@ def test_receive_github_form_encoded_delivery_is_accepted(github_source, post_we
 def test_receive_stripe_event_is_accepted(make_source, make_route, post_webhook):
     source = make_source("billing", "stripe")
     make_route(source, "invoice.*", "billing.invoices", title_template="{data.object.id}")
-    body = to_body({"id": "evt_123", "object": "event", "type": "invoice.paid", "data": {"object": {"id": "in_9"}}})
-    response = post_webhook("billing", body, stripe_headers(body))
+    text = json.dumps({"id": "evt_123", "object": "event", "type": "invoice.paid", "data": {"object": {"id": "in_9"}}})
+    # Signed by Stripe's own library, as Stripe signs.
+    header = stripe.WebhookSignature.generate_signature_header(text, STRIPE_SECRET)
+    response = post_webhook("billing", text.encode(), {"Stripe-Signature": header})
     assert response.status_code == 202
     event = Event.objects.get()
     assert (event.delivery_id, event.type) == ("evt_123", "invoice.paid")
@@ -94,8 +101,12 @@ def test_receive_stripe_event_is_accepted(make_source, make_route, post_webhook)
 def test_receive_standard_webhook_is_accepted(make_source, make_route, post_webhook):
     source = make_source("std", "standard")
     make_route(source, "user.*", "users")
-    body = to_body({"type": "user.created", "data": {"id": "u1"}})
-    response = post_webhook("std", body, standard_headers(body, msg_id="msg_abc"))
+    text = json.dumps({"type": "user.created", "data": {"id": "u1"}})
+    now = datetime.now(tz=UTC)
+    # Signed by the Standard Webhooks reference library.
+    signature = standardwebhooks.Webhook(STANDARD_SECRET).sign("msg_abc", now, text)
+    headers = {"webhook-id": "msg_abc", "webhook-timestamp": str(int(now.timestamp())), "webhook-signature": signature}
+    response = post_webhook("std", text.encode(), headers)
     assert response.status_code == 202
     event = Event.objects.get()
     assert (event.delivery_id, event.type) == ("msg_abc", "user.created")
