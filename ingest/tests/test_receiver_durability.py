@@ -115,3 +115,26 @@ def test_receive_when_the_connection_dies_mid_transaction_is_503_and_leaves_no_e
     assert response.status_code == 202
     assert Event.objects.get().delivery_id == "dies"
     assert Todo.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_receive_a_declared_huge_body_is_refused_before_it_is_sent(live_server, make_source):
+    # The client announces 50 MB and sends a few bytes: the answer comes from the Content-Length alone,
+    # without waiting for (or buffering) the body.
+    import socket
+    from urllib.parse import urlparse
+
+    make_source("gh", "github")
+    address = urlparse(live_server.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /ingest/gh/ HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\n\r\n" + b"{" * 100
+        )
+        received = b""
+        while b"too_large" not in received and (chunk := sock.recv(65536)):
+            received += chunk
+        response = received.decode("latin-1")
+    assert response.startswith("HTTP/1.1 413")
+    assert '"too_large"' in response
+    assert Event.objects.count() == 0
