@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -45,6 +45,9 @@ def _error(exc: QueueError) -> JsonResponse:
 
 
 @csrf_exempt
+# Our own transaction is the outermost one even if ATOMIC_REQUESTS is turned on: its commit, not the
+# request's, is what the 2xx promises.
+@transaction.non_atomic_requests
 def receive(request: HttpRequest, slug: str) -> JsonResponse:
     if request.method != "POST":
         return JsonResponse(
