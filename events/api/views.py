@@ -4,17 +4,28 @@ Anything outside the caller's scope is 404, as if it did not exist."""
 
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from events.api.serializers import EventSerializer, EventSummarySerializer, ReplaySerializer
+from events.api.serializers import EventListFilter, EventSerializer, EventSummarySerializer, ReplaySerializer
 from events.models import Event, EventQuerySet
 from ingest import routing
 from switchboard.api import CreatedCursorPagination, caller_agent
+from todos.errors import TodoNotFound
 from todos.models import Todo, TodoQuerySet
+
+# Event ids are "ev_" + 32 hex digits; anything else cannot exist, and must not reach a query (a NUL
+# character would make PostgreSQL refuse the statement).
+EVENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+_ERROR = OpenApiResponse(description='`{"error": {"code", "detail"}}`')
+_ERRORS = {401: _ERROR, 404: _ERROR, 503: _ERROR}
 
 
 class EventCursorPagination(CreatedCursorPagination):
@@ -37,35 +48,47 @@ def visible_todos(request: Request) -> TodoQuerySet:
     return Todo.objects.visible_to(caller_agent(request))
 
 
+def _event_or_404(request: Request, pk: str) -> Event:
+    event = visible_events(request).filter(pk=pk).first() if EVENT_ID_RE.match(pk) else None
+    if event is None:
+        raise TodoNotFound(f"No event {pk[:40]!r}.")
+    return event
+
+
+@extend_schema(
+    summary="List events",
+    description="Events the caller may see (README: Webhooks, scope rule), newest first, without payloads.",
+    parameters=[OpenApiParameter("source", str), OpenApiParameter("type", str)],
+    responses={200: EventSummarySerializer(many=True), 400: _ERROR, 401: _ERROR, 503: _ERROR},
+)
 class EventList(generics.ListAPIView):
     serializer_class = EventSummarySerializer
     pagination_class = EventCursorPagination
 
     def get_queryset(self) -> EventQuerySet:
+        filters = EventListFilter(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
         events = visible_events(self.request)
-        if source := self.request.query_params.get("source"):
-            events = events.filter(source=source)
-        if event_type := self.request.query_params.get("type"):
-            events = events.filter(type=event_type)
+        for field in ("source", "type"):
+            if field in filters.validated_data:
+                events = events.filter(**{field: filters.validated_data[field]})
         return events
 
 
-class EventDetail(generics.RetrieveAPIView):
-    serializer_class = EventSerializer
-
-    def get_queryset(self) -> EventQuerySet:
-        return visible_events(self.request)
-
-    def get_serializer_context(self) -> dict[str, object]:
-        return {**super().get_serializer_context(), "visible_todos": visible_todos(self.request)}
+class EventDetail(APIView):
+    @extend_schema(summary="One event", responses={200: EventSerializer, **_ERRORS})
+    def get(self, request: Request, pk: str) -> Response:
+        event = _event_or_404(request, pk)
+        return Response(EventSerializer(event, context={"visible_todos": visible_todos(request)}).data)
 
 
 class EventReplay(APIView):
     """Re-run routing for a stored event: runnable todos are returned as they are, done and
     dead-lettered ones get a fresh todo. An agent replays only routes into its create scopes."""
 
+    @extend_schema(summary="Replay an event's routing", request=None, responses={200: ReplaySerializer, **_ERRORS})
     def post(self, request: Request, pk: str) -> Response:
-        event = generics.get_object_or_404(visible_events(request), pk=pk)
+        event = _event_or_404(request, pk)
         agent = None if _is_staff(request) else caller_agent(request)
         with transaction.atomic():
             routed = routing.replay(event, agent=agent)

@@ -141,3 +141,17 @@ def test_replay_event_out_of_scope_is_404_and_creates_nothing(client, world, mak
     response = client.post(f"/api/v1/events/{world['invoice'].id}/replay/", headers=bearer(agent))
     assert response.status_code == 404
     assert Todo.objects.count() == count
+
+
+def test_list_events_with_a_nul_in_a_filter_is_400(client, world, make_agent):
+    agent = make_agent("all")
+    response = client.get("/api/v1/events/?source=a%00b", headers=bearer(agent))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+
+
+@pytest.mark.parametrize("pk", ["ev%00x", "x" * 41, "ev_%20"])
+def test_get_and_replay_an_impossible_event_id_is_404(client, world, make_agent, pk):
+    agent = make_agent("all")
+    assert client.get(f"/api/v1/events/{pk}/", headers=bearer(agent)).status_code == 404
+    assert client.post(f"/api/v1/events/{pk}/replay/", headers=bearer(agent)).status_code == 404
