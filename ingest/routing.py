@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from events.models import Event
 from ingest.errors import RoutingFailed
-from ingest.models import Route, Source
+from ingest.models import Route
 from todos import queue
 from todos.errors import QueueError
 from todos.models import Agent, Todo
@@ -113,14 +115,12 @@ def route_event(event: Event, routes: Iterable[Route]) -> list[Routed]:
     return routed
 
 
-def replay(event: Event, *, agent: Agent | None) -> list[Routed]:
-    """Re-run today's routes for a stored event. An agent replays only the routes whose queue is in its
-    create scopes (it is creating those todos); staff and the system (agent None) replay all of them."""
+def replay(event: Event, *, agent: Agent | None = None) -> list[Routed]:
+    """Re-run today's routes for a stored event, in one transaction (all its todos or none). An agent
+    replays only the routes whose queue is in its create scopes (it is creating those todos); staff and
+    the system (agent None, e.g. an admin action) replay all of them."""
     routes = active_routes(event.source)
     if agent is not None:
         routes = [r for r in routes if agent.may_create_in(r.queue)]
-    return route_event(event, routes)
-
-
-def source_for(event: Event) -> Source | None:
-    return Source.objects.filter(slug=event.source).first()
+    with transaction.atomic():
+        return route_event(event, routes)

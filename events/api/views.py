@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
 from rest_framework.request import Request
@@ -90,8 +89,7 @@ class EventReplay(APIView):
     def post(self, request: Request, pk: str) -> Response:
         event = _event_or_404(request, pk)
         agent = None if _is_staff(request) else caller_agent(request)
-        with transaction.atomic():
-            routed = routing.replay(event, agent=agent)
+        routed = routing.replay(event, agent=agent)
         body = ReplaySerializer(
             {
                 "event_id": event.id,

@@ -119,3 +119,13 @@ def test_replay_by_an_agent_runs_only_routes_into_its_create_scopes(make_source,
     routed = routing.replay(_event(), agent=agent)
     assert [r.todo.queue for r in routed] == ["github.prs"]
     assert Todo.objects.count() == 1
+
+
+def test_replay_with_a_failing_route_creates_none_of_the_todos(make_source, make_route):
+    source = make_source()
+    make_route(source, "*", "good")
+    event = _event()
+    make_route(source, "*", "bad queue name")  # saved around validation
+    with pytest.raises(RoutingFailed):
+        routing.replay(event)
+    assert Todo.objects.count() == 0
