@@ -94,6 +94,8 @@ def _sha256_hex_header(raw_body: bytes, given: str | None, secrets: list[str], h
 
 
 def _check_timestamp(timestamp: int, now: float | None) -> None:
+    # The sender's clock against this server's wall clock, as the providers' own libraries compare it:
+    # a replay window, not a queue guard (those use the database's now(), SPEC decision 7).
     current = time.time() if now is None else now
     if abs(current - timestamp) > TIMESTAMP_TOLERANCE_SECONDS:
         raise SignatureInvalid("The signature's timestamp is outside the 5-minute tolerance.")

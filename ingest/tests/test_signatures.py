@@ -235,3 +235,20 @@ def test_identify_with_an_overlong_delivery_id_is_invalid():
 def test_identify_stripe_without_an_id_is_invalid():
     with pytest.raises(InvalidDelivery, match="id"):
         signatures.identify(signatures.Verified("stripe"), {"type": "x"})
+
+
+@pytest.mark.parametrize(
+    ("provider", "make_headers", "secret"),
+    [
+        ("github", github_headers, "gh-webhook-secret"),
+        ("stripe", stripe_headers, STRIPE_SECRET),
+        ("standard", standard_headers, STANDARD_SECRET),
+        ("hmac", hmac_headers, "plain-hmac-secret"),
+    ],
+)
+def test_verify_never_keeps_a_signature_header(provider, make_headers, secret):
+    body = b'{"id": "evt", "type": "t"}'
+    headers = {**make_headers(body), "User-Agent": "sender/1", "Authorization": "Bearer x", "Cookie": "a=b"}
+    kept = signatures.verify(provider, body, headers, [secret]).headers
+    assert kept.get("User-Agent") == "sender/1"
+    assert not any(word in name.lower() for name in kept for word in ("signature", "authorization", "cookie"))
