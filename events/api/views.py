@@ -8,6 +8,7 @@ import re
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,7 +17,6 @@ from events.api.serializers import EventListFilter, EventSerializer, EventSummar
 from events.models import Event, EventQuerySet
 from ingest import routing
 from switchboard.api import CreatedCursorPagination, caller_agent
-from todos.errors import TodoNotFound
 from todos.models import Todo, TodoQuerySet
 
 # Event ids are "ev_" + 32 hex digits; anything else cannot exist, and must not reach a query (a NUL
@@ -50,7 +50,7 @@ def visible_todos(request: Request) -> TodoQuerySet:
 def _event_or_404(request: Request, pk: str) -> Event:
     event = visible_events(request).filter(pk=pk).first() if EVENT_ID_RE.match(pk) else None
     if event is None:
-        raise TodoNotFound(f"No event {pk[:40]!r}.")
+        raise NotFound(f"No event {pk[:40]!r}.")
     return event
 
 
