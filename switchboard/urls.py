@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from todos import dashboard
 
@@ -8,4 +8,6 @@ urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),
     path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
     path("admin/", admin.site.urls),
+    path("ingest/", include("ingest.urls")),
+    path("api/v1/events/", include("events.api.urls")),
 ]
