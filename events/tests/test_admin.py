@@ -73,3 +73,20 @@ def test_events_cannot_be_added_changed_or_deleted(admin_client, events):
     response = admin_client.post(reverse("admin:events_event_delete", args=[events[0].id]), {"post": "yes"})
     assert response.status_code == 403
     assert Event.objects.filter(pk=events[0].id).exists()
+
+
+def test_replay_action_runs_ingest_routing_without_duplicating(admin_client, events):
+    from ingest.models import Route, Source
+
+    source = Source.objects.create(slug="gh", provider="github", secret="s3cret-for-tests")
+    Route.objects.create(source=source, event_pattern="push", queue="builds", kind="build", title_template="push")
+    url = reverse("admin:events_event_changelist")
+    first = admin_client.post(url, {"action": "replay", "_selected_action": [events[0].id]}, follow=True)
+    assert [str(m) for m in first.context["messages"]] == [
+        "1 event(s) replayed: 1 new todo(s), 0 already there (not duplicated)."
+    ]
+    second = admin_client.post(url, {"action": "replay", "_selected_action": [events[0].id]}, follow=True)
+    assert [str(m) for m in second.context["messages"]] == [
+        "1 event(s) replayed: 0 new todo(s), 1 already there (not duplicated)."
+    ]
+    assert events[0].todos.filter(queue="builds").count() == 1
