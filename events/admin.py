@@ -23,7 +23,7 @@ MAX_TODOS_SHOWN = 100
 
 
 def replay_function() -> Callable[[Event], Any] | None:
-    """ingest.routing.replay, once the ingest app provides it; until then the action is hidden."""
+    """ingest.routing.replay; the action is hidden in an installation without it."""
     try:
         from ingest.routing import replay  # type: ignore[attr-defined]
     except ImportError:
