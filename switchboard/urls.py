@@ -1,6 +1,12 @@
 from django.contrib import admin
 from django.urls import path
 
+from switchboard import health
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT names them).
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]

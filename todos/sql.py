@@ -83,13 +83,14 @@ _CLAIM_SET = f"""
 #    and never take more than %(limit)s rows (a WHERE id IN (subquery) may be re-run by the planner).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
+#  * lapsed_claim tells the caller which rows were lapsed leases taken over (counted in the metrics).
 CLAIM_NEXT = f"""
 WITH queues AS (
     SELECT name FROM todos_queue
     WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
 ),
 pending AS MATERIALIZED (
-    SELECT p.id, p.created_at FROM queues CROSS JOIN LATERAL (
+    SELECT p.id, p.created_at, false AS lapsed FROM queues CROSS JOIN LATERAL (
         SELECT t.id, t.created_at FROM todos_todo t
         WHERE t.state = 'pending' AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
@@ -99,7 +100,7 @@ pending AS MATERIALIZED (
     ) p
 ),
 lapsed AS MATERIALIZED (
-    SELECT t.id, t.created_at FROM todos_todo t
+    SELECT t.id, t.created_at, true AS lapsed FROM todos_todo t
     WHERE t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
@@ -107,7 +108,7 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.created_at FROM todos_todo t
+    SELECT t.id, t.created_at, false AS lapsed FROM todos_todo t
     WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.next_retry_at <= now()
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
@@ -115,7 +116,7 @@ due AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 chosen AS MATERIALIZED (
-    SELECT id FROM (
+    SELECT id, lapsed FROM (
         SELECT * FROM pending UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
     ) candidates
     ORDER BY created_at
@@ -124,15 +125,23 @@ chosen AS MATERIALIZED (
 UPDATE todos_todo t SET {_CLAIM_SET}
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}, chosen.lapsed AS lapsed_claim
 """
 
 # claim: this one todo, if the caller may claim from its queue and it is claimable. A concurrent
-# claim of the same row waits for the first and then re-checks the guard, so only one wins.
+# claim of the same row waits for the first's lock and then re-checks the guard, so only one wins.
+# The locking CTE reads the state before the change (lapsed_claim: a lapsed lease taken over; the
+# metrics count it), which an UPDATE's RETURNING cannot see before PostgreSQL 18.
 CLAIM_ONE = f"""
+WITH target AS MATERIALIZED (
+    SELECT t.id, t.state = 'claimed' AS lapsed FROM todos_todo t
+    WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
+    FOR UPDATE
+)
 UPDATE todos_todo t SET {_CLAIM_SET}
-WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
-RETURNING {_TODO_COLUMNS}
+FROM target
+WHERE t.id = target.id
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}, target.lapsed AS lapsed_claim
 """
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
