@@ -13,3 +13,5 @@ from switchboard.settings import *  # noqa: F403
 
 # Tests render admin pages without running collectstatic first.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+# Nor is there a collected static folder for WhiteNoise to index (it warns, and warnings are errors).
+STATIC_ROOT = None

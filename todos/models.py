@@ -150,6 +150,15 @@ class Todo(models.Model):
                 condition=Q(state="failed", next_retry_at__isnull=True),
                 name="todo_dead_letters",
             ),
+            # Retention (todos/retention.py): done todos past RETENTION_DONE_DAYS, oldest first.
+            models.Index(fields=["completed_at"], condition=Q(state="done"), name="todo_done_purge"),
+            # Retention: dead-letters past RETENTION_DEAD_DAYS across all queues (todo_dead_letters
+            # leads with the queue, so it cannot range-scan updated_at alone before PostgreSQL 18).
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(state="failed", next_retry_at__isnull=True),
+                name="todo_dead_purge",
+            ),
         ]
 
     def __str__(self) -> str:
