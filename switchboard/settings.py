@@ -99,6 +99,9 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))
+# Behind PgBouncer in transaction mode a server-side cursor (QuerySet.iterator()) would outlive its
+# transaction's server connection; turn them off there (docs/deploy.md, "Connection pooling").
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", default=False)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
