@@ -21,6 +21,12 @@ max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0")) o
 # Switchboard logs one structured line per request itself (switchboard.request); gunicorn's own
 # access log is off unless asked for.
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# gunicorn's runtime control socket (for gunicornc) defaults to one path per user, which two masters on
+# one host would fight over, and a container user may have no home for it: off unless a path is given.
+if os.environ.get("GUNICORN_CONTROL_SOCKET"):
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+else:
+    control_socket_disable = True
 
 # --- Prometheus multiprocess mode (docs/deploy.md, "Metrics") -----------------------------------------
 # Each worker writes its counters to files in PROMETHEUS_MULTIPROC_DIR; /metrics sums every file, so

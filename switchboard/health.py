@@ -32,9 +32,13 @@ _migrations_applied = threading.Event()
 
 
 def _unavailable(detail: str, reason: str, **extra: object) -> JsonResponse:
-    return JsonResponse(
+    logger.warning("not ready: %s", reason)
+    response = JsonResponse(
         error_body("unavailable", detail, reason=reason, **extra), status=503, headers={"Retry-After": "5"}
     )
+    # Probes repeat every few seconds: the warning above is enough, without Django's ERROR line too.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
 
 
 @never_cache
@@ -66,8 +70,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
                     pending=pending,
                 )
             _migrations_applied.set()
-    except DatabaseError as exc:
-        logger.warning("readiness: database unreachable: %s", exc.__class__.__name__)
+    except DatabaseError:
         # The broken connection must not be reused by this thread's next request.
         connection.close_if_unusable_or_obsolete()
         return _unavailable("The database is unreachable.", "database_unreachable")

@@ -46,6 +46,12 @@ def test_readyz_is_ok_with_the_database_up_and_migrated(client, db):
     assert response.json() == {"status": "ok"}
 
 
+def test_readyz_checks_migrations_until_they_are_applied_then_only_the_database(client, db, django_assert_num_queries):
+    assert client.get("/readyz").status_code == 200
+    with django_assert_num_queries(1):  # SELECT 1; the migration answer is remembered
+        assert client.get("/readyz").status_code == 200
+
+
 def test_health_endpoints_need_no_token_and_are_exempt_from_the_https_redirect(client, db, settings):
     settings.SECURE_SSL_REDIRECT = True
     assert client.get("/healthz").status_code == 200

@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from switchboard import metrics
 from switchboard.tests.conftest import ROOT, database_url
 from todos import queue
 from todos.management.commands.reap_leases import Command as Reaper
@@ -127,6 +128,18 @@ def test_http_requests_are_labelled_by_route_pattern_not_path(client, db):
     assert value("switchboard_http_request_duration_seconds_count", method="GET", route="healthz") - latency == 1
     families = {f.name for f in REGISTRY.collect()}
     assert "switchboard_ingest_deliveries" in families
+
+
+def test_ingest_deliveries_are_counted_by_source_and_outcome(client, db):
+    before = value("switchboard_ingest_deliveries_total", source="github", outcome="rejected_signature")
+    metrics.record_ingest_delivery("github", "rejected_signature")
+    metrics.INGEST_DELIVERIES.labels(source="github", outcome="rejected_signature").inc()
+    assert value("switchboard_ingest_deliveries_total", source="github", outcome="rejected_signature") - before == 2
+    with pytest.raises(ValueError):
+        metrics.record_ingest_delivery("github", "made-up")
+    assert 'switchboard_ingest_deliveries_total{outcome="rejected_signature",source="github"}' in (
+        client.get("/metrics").content.decode()
+    )
 
 
 def test_metrics_token_is_required_when_set(client, db, settings):
