@@ -11,6 +11,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -69,8 +70,20 @@ def _counted(verb: str, outcome: Callable[[Any], str] = lambda _result: "ok") ->
     return decorate
 
 
+def _took_over_a_lapsed_lease(todo: Todo) -> bool:
+    """True if the claim that returned ``todo`` took it over from a lapsed lease: that claim appended a
+    "lease expired" entry stamped with its own claimed_at (todos/sql.py, _CLAIM_SET)."""
+    last = todo.errors[-1] if todo.errors else None
+    if not isinstance(last, dict) or "reclaimed_at" not in last or todo.claimed_at is None:
+        return False
+    try:
+        return datetime.fromisoformat(last["reclaimed_at"]) == todo.claimed_at
+    except (TypeError, ValueError):
+        return False
+
+
 def _count_lapsed_claims(todos: Iterable[Todo]) -> None:
-    lapsed = sum(1 for todo in todos if getattr(todo, "lapsed_claim", False))
+    lapsed = sum(1 for todo in todos if _took_over_a_lapsed_lease(todo))
     if lapsed:
         LEASE_LAPSES.labels(detected_by="claim", outcome="reclaimed").inc(lapsed)
 

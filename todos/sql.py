@@ -60,7 +60,7 @@ _CLAIMABLE = """(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
     OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
     OR (t.state = 'failed' AND t.next_retry_at <= now()))"""
 
-_CLAIM_SET = f"""
+_CLAIM_SET = """
     state = 'claimed',
     attempt = t.attempt + 1,
     owner = %(owner)s,
@@ -69,8 +69,11 @@ _CLAIM_SET = f"""
     claimed_at = now(),
     updated_at = now(),
     next_retry_at = NULL,
-    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would
-    errors = CASE WHEN t.state = 'claimed' THEN t.errors || {_LEASE_EXPIRED_ERROR} ELSE t.errors END"""
+    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
+    -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
+    errors = CASE WHEN t.state = 'claimed' THEN t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
+        ELSE t.errors END"""
 
 # claim_next: up to %(limit)s todos, oldest first, from the caller's queues.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
@@ -83,14 +86,13 @@ _CLAIM_SET = f"""
 #    and never take more than %(limit)s rows (a WHERE id IN (subquery) may be re-run by the planner).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
-#  * lapsed_claim tells the caller which rows were lapsed leases taken over (counted in the metrics).
 CLAIM_NEXT = f"""
 WITH queues AS (
     SELECT name FROM todos_queue
     WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
 ),
 pending AS MATERIALIZED (
-    SELECT p.id, p.created_at, false AS lapsed FROM queues CROSS JOIN LATERAL (
+    SELECT p.id, p.created_at FROM queues CROSS JOIN LATERAL (
         SELECT t.id, t.created_at FROM todos_todo t
         WHERE t.state = 'pending' AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
@@ -100,7 +102,7 @@ pending AS MATERIALIZED (
     ) p
 ),
 lapsed AS MATERIALIZED (
-    SELECT t.id, t.created_at, true AS lapsed FROM todos_todo t
+    SELECT t.id, t.created_at FROM todos_todo t
     WHERE t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
@@ -108,7 +110,7 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.created_at, false AS lapsed FROM todos_todo t
+    SELECT t.id, t.created_at FROM todos_todo t
     WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.next_retry_at <= now()
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
@@ -116,7 +118,7 @@ due AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 chosen AS MATERIALIZED (
-    SELECT id, lapsed FROM (
+    SELECT id FROM (
         SELECT * FROM pending UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
     ) candidates
     ORDER BY created_at
@@ -125,23 +127,15 @@ chosen AS MATERIALIZED (
 UPDATE todos_todo t SET {_CLAIM_SET}
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}, chosen.lapsed AS lapsed_claim
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
 
 # claim: this one todo, if the caller may claim from its queue and it is claimable. A concurrent
-# claim of the same row waits for the first's lock and then re-checks the guard, so only one wins.
-# The locking CTE reads the state before the change (lapsed_claim: a lapsed lease taken over; the
-# metrics count it), which an UPDATE's RETURNING cannot see before PostgreSQL 18.
+# claim of the same row waits for the first and then re-checks the guard, so only one wins.
 CLAIM_ONE = f"""
-WITH target AS MATERIALIZED (
-    SELECT t.id, t.state = 'claimed' AS lapsed FROM todos_todo t
-    WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
-    FOR UPDATE
-)
 UPDATE todos_todo t SET {_CLAIM_SET}
-FROM target
-WHERE t.id = target.id
-RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}, target.lapsed AS lapsed_claim
+WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
+RETURNING {_TODO_COLUMNS}
 """
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was

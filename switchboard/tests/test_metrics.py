@@ -108,6 +108,10 @@ def test_lease_lapses_are_counted_by_the_reaper_and_by_claims(agent, make_todo):
     assert {t.id for t in got} >= {a.id}
     queue.claim(b.id, agent=agent)
     assert value("switchboard_lease_lapses_total", detected_by="claim", outcome="reclaimed") - reclaimed == 2
+    # The todo the reaper requeued is an ordinary pending todo to the next claim: not counted again.
+    [again] = queue.claim_next(agent=agent, queues=["lapse-q"])
+    assert again.errors[-1]["error"] == "lease expired"
+    assert value("switchboard_lease_lapses_total", detected_by="claim", outcome="reclaimed") - reclaimed == 2
 
 
 def test_reaper_sweeps_are_counted_and_timed(transactional_db):
