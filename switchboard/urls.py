@@ -5,7 +5,11 @@ from switchboard import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT names them).
+]
+
+# Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT
+# names them).
+urlpatterns += [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
