@@ -84,7 +84,7 @@ class Command(BaseCommand):
             log_event(
                 logger,
                 logging.INFO,
-                "reaper_sweep",
+                "reaper sweep",  # the plain line reads as before: "reaper sweep requeued=..."
                 requeued=result.requeued,
                 dead_lettered=result.dead_lettered,
                 retries_promoted=result.retries_promoted,
