@@ -102,6 +102,12 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_
 # Behind PgBouncer in transaction mode a server-side cursor (QuerySet.iterator()) would outlive its
 # transaction's server connection; turn them off there (docs/deploy.md, "Connection pooling").
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", default=False)
+# The long-poll listener's LISTEN connection (one per web process) must reach PostgreSQL directly: through
+# PgBouncer in transaction mode a LISTEN is lost. With DATABASE_URL pointing at the pooler, point
+# LISTEN_DATABASE_URL at the server itself; unset, the listener uses DATABASE_URL.
+LISTEN_DATABASE_URL = env.str("LISTEN_DATABASE_URL", default="")
+if LISTEN_DATABASE_URL:
+    DATABASES["listener"] = env.db_url_config(LISTEN_DATABASE_URL)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
