@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from datetime import timedelta
@@ -182,12 +181,12 @@ def _get(url: str) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-def test_counters_are_summed_across_gunicorn_workers(db):
+def test_counters_are_summed_across_gunicorn_workers(db, tmp_path):
     """Two gunicorn workers, each recycled after 8 requests (so 40 requests pass through at least five
     worker processes, most of them gone by the scrape): /metrics, answered by whichever worker, counts
     all 40."""
     port = _free_port()
-    metrics_dir = tempfile.mkdtemp(prefix="sb-metrics-test-")
+    metrics_dir = str(tmp_path)
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "switchboard.settings_test",
