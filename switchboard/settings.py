@@ -160,6 +160,10 @@ QUEUE_RETRY_CAP_SECONDS = env.float("QUEUE_RETRY_CAP_SECONDS", default=3600.0)
 REAPER_INTERVAL_SECONDS = env.float("REAPER_INTERVAL_SECONDS", default=1.0)
 REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 
+# --- Ingest (webhooks) ---------------------------------------------------------------------
+# Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
+INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)
+
 # --- Security (production values unless DEBUG) ----------------------------------------------
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]

@@ -1,10 +1,12 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from switchboard import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("ingest/", include("ingest.urls")),
+    path("api/v1/events/", include("events.api.urls")),
 ]
 
 # Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT
