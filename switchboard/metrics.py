@@ -54,23 +54,23 @@ REAPER_SWEEP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 
-# Called by the ingest view: INGEST_DELIVERIES.labels(source=slug, outcome=...).inc().
-# outcome is one of INGEST_OUTCOMES. ``source`` must be a configured source's slug; for a delivery to
-# an unknown slug pass source="unknown" (a label per URL an attacker invents would be unbounded).
+# Counted by the ingest view (ingest/views.py): INGEST_DELIVERIES.labels(source=slug, outcome=...).inc().
+# outcome is one of INGEST_OUTCOMES. ``source`` is a configured source's slug; a delivery refused before
+# its source is known (an unknown slug, an oversized body) counts under source="unknown" (a label per
+# URL an attacker invents would be unbounded).
 INGEST_DELIVERIES = Counter(
     "switchboard_ingest_deliveries",
-    "Webhook deliveries received, by source and outcome (accepted, duplicate, rejected_<reason>).",
+    "Webhook deliveries received, by source and outcome (accepted, duplicate, rejected_<reason>, failed).",
     ["source", "outcome"],
 )
 INGEST_OUTCOMES = (
     "accepted",
     "duplicate",
-    "rejected_signature",
-    "rejected_stale",
-    "rejected_unknown_source",
-    "rejected_inactive",
-    "rejected_too_large",
-    "rejected_invalid",
+    "rejected_signature",  # missing, wrong or stale signature (401)
+    "rejected_unknown_source",  # no active source with that slug (404)
+    "rejected_too_large",  # 413
+    "rejected_invalid",  # authentic but unusable: not JSON, no delivery id or type (400)
+    "failed",  # our side (database, a misconfigured route): 503, the provider retries
 )
 
 PURGED = Counter("switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | event).", ["kind"])
