@@ -18,6 +18,7 @@ This module defines metrics only; it imports no models, so todos/queue.py can im
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+
+logger = logging.getLogger(__name__)
 
 # --- Counted where they happen ---------------------------------------------------------------------
 
@@ -173,7 +176,23 @@ class QueueStateCollector:
         return []  # no query at registration time
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.stats()
+        from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+
+        up = GaugeMetricFamily(
+            "switchboard_database_up", "1 if this scrape could read the queue's state from PostgreSQL, else 0."
+        )
+        try:
+            stats = self.stats()
+        except DatabaseError as exc:
+            # The counters are what an operator needs most during an outage (5xx, failed sweeps), so the
+            # scrape still succeeds: without the queue gauges, and saying why.
+            logger.warning("metrics: queue state unavailable: %s", exc.__class__.__name__)
+            connections[DEFAULT_DB_ALIAS].close_if_unusable_or_obsolete()
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
         todos = GaugeMetricFamily(
             "switchboard_todos",
             "Todos in each live state, by queue (failed = retry_waiting + dead; done is not counted).",

@@ -17,9 +17,9 @@ django.setup()
 from django.test import Client
 client = Client()
 out = {}
-for path in ("/healthz", "/readyz"):
+for path in ("/healthz", "/readyz", "/metrics"):
     r = client.get(path)
-    out[path] = [r.status_code, r.json()]
+    out[path] = [r.status_code, r.json() if path != "/metrics" else r.content.decode()]
 print(json.dumps(out))
 """
 
@@ -68,6 +68,12 @@ def test_readyz_is_503_and_healthz_200_when_the_database_is_unreachable():
     assert status == 503
     assert body["error"]["code"] == "unavailable"
     assert body["error"]["reason"] == "database_unreachable"
+    # /metrics still answers: counters, and the database reported down instead of the queue gauges.
+    status, text = out["/metrics"]
+    assert status == 200
+    assert "switchboard_database_up 0.0" in text
+    assert "switchboard_http_requests_total" in text
+    assert "switchboard_todos{" not in text
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ def test_metrics_show_the_queue_and_the_transitions_after_a_known_workload(clien
     def gauge(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]
 
+    assert gauge("switchboard_database_up") == 1
     assert gauge("switchboard_todos", queue="metrics-q", state="pending") == 2
     assert gauge("switchboard_todos", queue="metrics-q", state="claimed") == 0
     assert gauge("switchboard_todos", queue="metrics-q", state="failed") == 1
