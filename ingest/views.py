@@ -15,12 +15,27 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ingest import intake, signatures
-from ingest.errors import BodyTooLarge, UnknownSource
+from ingest.errors import BodyTooLarge, InvalidDelivery, SignatureInvalid, UnknownSource
 from ingest.models import Source
 from switchboard.api import STATUS_BY_CODE, error_body
+from switchboard.metrics import INGEST_DELIVERIES
 from todos.errors import QueueError
 
 logger = logging.getLogger("ingest")
+
+# switchboard_ingest_deliveries_total{outcome}: why a delivery was refused. Anything else (our
+# database, a misconfigured route) is "failed": the provider is told to retry.
+_REFUSED = (
+    (SignatureInvalid, "rejected_signature"),
+    (UnknownSource, "rejected_unknown_source"),
+    (BodyTooLarge, "rejected_too_large"),
+    (InvalidDelivery, "rejected_invalid"),
+)
+
+
+def _count(source: Source | None, outcome: str) -> None:
+    # Labelled by a configured source's slug only: a label per slug in the URL would let anyone mint series.
+    INGEST_DELIVERIES.labels(source=source.slug if source is not None else "unknown", outcome=outcome).inc()
 
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:
@@ -53,6 +68,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse(
             error_body("method_not_allowed", "Webhooks are delivered with POST."), status=405, headers={"Allow": "POST"}
         )
+    source = None
     try:
         raw_body = _read_body(request, settings.INGEST_MAX_BODY_BYTES)
         source = Source.objects.filter(slug=slug, is_active=True).first()
@@ -71,16 +87,19 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
         )
     except QueueError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)
+        _count(source, next((outcome for kind, outcome in _REFUSED if isinstance(exc, kind)), "failed"))
         return _error(exc)
     except DatabaseError as exc:
         # Whatever failed, the transaction rolled back: nothing is stored, and the provider must retry.
         logger.warning("ingest rejected source=%r reason=database: %s", slug, exc.__class__.__name__)
+        _count(source, "failed")
         return JsonResponse(
             error_body("unavailable", "The database is unavailable; retry shortly."),
             status=503,
             headers={"Retry-After": "1"},
         )
     body = {"event_id": outcome.event_id, "todo_ids": outcome.todo_ids, "duplicate": outcome.duplicate}
+    _count(source, "duplicate" if outcome.duplicate else "accepted")
     if outcome.duplicate:
         logger.info(
             "ingest duplicate source=%r type=%r delivery=%r event=%s", slug, event_type, delivery_id, outcome.event_id

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from switchboard import health
 from todos import dashboard
 
 urlpatterns = [
@@ -10,4 +11,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
     path("api/v1/events/", include("events.api.urls")),
+]
+
+# Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT
+# names them).
+urlpatterns += [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]

@@ -165,9 +165,11 @@ class Todo(models.Model):
                 condition=Q(assignee__isnull=False),
                 name="todo_admin_assignee_recent",
             ),
-            # The dashboard's completions per minute over the last hour (todos/dashboard.py).
+            # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
+            # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
             models.Index(fields=["completed_at"], condition=Q(state="done"), name="todo_done_recent"),
-            # The dashboard's failures per minute: failed rows by when they last changed.
+            # The dashboard's failures per minute (failed rows by when they last changed), and
+            # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
             models.Index(fields=["updated_at"], condition=Q(state="failed"), name="todo_failed_recent"),
         ]
 

@@ -60,7 +60,7 @@ _CLAIMABLE = """(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
     OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
     OR (t.state = 'failed' AND t.next_retry_at <= now()))"""
 
-_CLAIM_SET = f"""
+_CLAIM_SET = """
     state = 'claimed',
     attempt = t.attempt + 1,
     owner = %(owner)s,
@@ -69,8 +69,11 @@ _CLAIM_SET = f"""
     claimed_at = now(),
     updated_at = now(),
     next_retry_at = NULL,
-    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would
-    errors = CASE WHEN t.state = 'claimed' THEN t.errors || {_LEASE_EXPIRED_ERROR} ELSE t.errors END"""
+    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
+    -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
+    errors = CASE WHEN t.state = 'claimed' THEN t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
+        ELSE t.errors END"""
 
 # claim_next: up to %(limit)s todos, oldest first, from the caller's queues.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending

@@ -11,8 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     atomic = False
 
-    # The lead re-points this at 0003 when merging (another branch adds todos 0003).
-    dependencies = [("todos", "0002_todo_table_tuning")]
+    dependencies = [("todos", "0003_maintenance_table")]
 
     operations = [
         AddIndexConcurrently("todo", models.Index(fields=["created_at"], name="todo_admin_recent")),
