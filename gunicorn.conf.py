@@ -1,6 +1,9 @@
 """gunicorn settings. Every value can be overridden from the environment (GUNICORN_*), or by flags."""
 
+import glob
 import os
+import shutil
+import tempfile
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 # Threads, not just processes: a long-poll claim (wait_seconds up to 20) holds its thread while it
@@ -12,4 +15,46 @@ threads = int(os.environ.get("GUNICORN_THREADS", "8"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
 keepalive = 5
+# Recycle a worker after this many requests (0 = never); the jitter keeps workers from restarting together.
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))
+max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0")) or max_requests // 10
+# Switchboard logs one structured line per request itself (switchboard.request); gunicorn's own
+# access log is off unless asked for.
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# gunicorn's runtime control socket (for gunicornc) defaults to one path per user, which two masters on
+# one host would fight over, and a container user may have no home for it: off unless a path is given.
+if os.environ.get("GUNICORN_CONTROL_SOCKET"):
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+else:
+    control_socket_disable = True
+
+# --- Prometheus multiprocess mode (docs/deploy.md, "Metrics") -----------------------------------------
+# Each worker writes its counters to files in PROMETHEUS_MULTIPROC_DIR; /metrics sums every file, so
+# the numbers are the whole server's whichever worker answers the scrape, and survive worker restarts.
+# The variable must be set before any worker imports prometheus_client, i.e. here, in the master.
+# One directory per gunicorn master: it is emptied at start, so two masters must not share one.
+_created_metrics_dir = False
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="switchboard-metrics-")
+    _created_metrics_dir = True
+
+
+def on_starting(server):
+    directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    os.makedirs(directory, exist_ok=True)
+    # Files left by a previous run would add its counts to this one's.
+    for stale in glob.glob(os.path.join(directory, "*.db")):
+        os.remove(stale)
+
+
+def child_exit(server, worker):
+    # A dead worker's counters stay in the sums (counters must not go backwards); this drops only its
+    # live-gauge files, should any gauge in "live" mode be added later.
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    if _created_metrics_dir:
+        shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)

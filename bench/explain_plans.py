@@ -335,7 +335,7 @@ def write(result: list[Plan]) -> None:
         "  (the LATERAL join over `todos_queue`), so 50k pending rows and 940k done rows cost it nothing.",
         "- Django's extra `varchar_pattern_ops` indexes on `id` and `event_id` (`*_like`, for LIKE 'prefix%')",
         "  served nothing, yet every transition is a non-HOT update that wrote into them; the id one was 74 MB,",
-        "  as large as the primary key. Migration 0003 drops both; `todos/tests/test_schema.py` pins the set.",
+        "  as large as the primary key. Migration 0005 drops both; `todos/tests/test_schema.py` pins the set.",
         "- The lapsed and due branches are estimated at one row; with hundreds of lapsed leases or due",
         "  retries the planner hashes and sorts them all on every claim (sub-millisecond at these counts). The",
         "  reaper keeps them few; if an outage leaves tens of thousands, claims slow until it has swept.",

@@ -1,13 +1,27 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from django.db import models
 from django.db.models.functions import Now
 
+if TYPE_CHECKING:
+    from todos.models import Agent
+
 
 def new_event_id() -> str:
     return f"ev_{uuid.uuid4().hex}"
+
+
+class EventQuerySet(models.QuerySet["Event"]):
+    def visible_to(self, agent: Agent) -> EventQuerySet:
+        """The scope rule: an agent sees an event if any route of its source (active or not, so history
+        stays visible) targets a queue within the agent's claim or create scopes."""
+        from ingest.models import Route  # ingest depends on events, not the reverse, at import time
+
+        slugs = Route.objects.filter(queue__like_any=agent.visible_like_patterns()).values("source__slug")
+        return self.filter(source__in=slugs)
 
 
 class Event(models.Model):
@@ -21,6 +35,8 @@ class Event(models.Model):
     headers = models.JSONField(default=dict, help_text="Provider headers worth keeping; never signatures.")
     received_at = models.DateTimeField(db_default=Now())
 
+    objects = EventQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["source", "delivery_id"], name="event_unique_delivery"),
@@ -29,6 +45,8 @@ class Event(models.Model):
             # The events API and admin list newest first, optionally by source.
             models.Index(fields=["source", "-received_at"], name="event_source_recent"),
             models.Index(fields=["-received_at"], name="event_recent"),
+            # The admin's type filter (newest first) and its choices (a skip scan of this index).
+            models.Index(fields=["type", "-received_at"], name="event_type_recent"),
         ]
 
     def __str__(self) -> str:

@@ -1,1 +1,104 @@
+"""Configured webhook senders (Source) and how their events become todos (Route)."""
 
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.urls import reverse
+
+from ingest.signatures import standard_key
+from todos.models import validate_queue_name
+
+
+class Provider(models.TextChoices):
+    GITHUB = "github", "GitHub (X-Hub-Signature-256)"
+    STRIPE = "stripe", "Stripe (Stripe-Signature)"
+    STANDARD = "standard", "Standard Webhooks (webhook-signature)"
+    HMAC = "hmac", "Plain HMAC-SHA256 (X-Signature-256)"
+
+
+class Source(models.Model):
+    """A sender that POSTs signed deliveries to /ingest/<slug>/.
+
+    The secret is stored as given: verifying an HMAC needs the key itself, so it cannot be hashed like
+    an agent's token. It is never shown back by the admin, logged, or copied onto events.
+    """
+
+    slug = models.SlugField(max_length=100, unique=True, help_text="The last part of the webhook URL.")
+    provider = models.CharField(max_length=20, choices=Provider.choices)
+    secret = models.CharField(max_length=500, help_text="The webhook signing secret shared with the provider.")
+    previous_secret = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Also accepted while a rotation is under way; clear it once the provider uses the new secret.",
+    )
+    is_active = models.BooleanField(default=True, help_text="An inactive source answers 404 and stores nothing.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def clean(self) -> None:
+        # A non-field error: the admin form edits the secrets through write-only fields of other names.
+        if self.provider == Provider.STANDARD:
+            for label, value in (("secret", self.secret), ("previous secret", self.previous_secret)):
+                if value:
+                    try:
+                        standard_key(value)
+                    except ValueError as exc:
+                        raise ValidationError(f"The {label}: {exc}") from exc
+
+    def secrets(self) -> list[str]:
+        """The secrets a signature may be made with: the current one, then the one being rotated out."""
+        return [s for s in (self.secret, self.previous_secret) if s]
+
+    @property
+    def webhook_path(self) -> str:
+        return reverse("ingest:receive", args=[self.slug])
+
+
+class Route(models.Model):
+    """Each active route whose pattern matches an event's type makes one todo for that event."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="routes")
+    event_pattern = models.CharField(
+        max_length=200, help_text="A glob on the event type, e.g. pull_request.* or * (case-sensitive)."
+    )
+    queue = models.CharField(max_length=200, validators=[validate_queue_name])
+    kind = models.CharField(max_length=100, blank=True, default="")
+    title_template = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="Dotted paths into the payload in braces, e.g. {repository.full_name}#{pull_request.number}. "
+        "A missing path renders empty; {{ and }} are literal braces.",
+    )
+    assignee = models.CharField(max_length=100, null=True, blank=True, help_text="Only this agent may claim the todos.")
+    max_attempts = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_attempts__isnull=True) | Q(max_attempts__gte=1), name="route_max_attempts_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}: {self.event_pattern} -> {self.queue}"
+
+    def matches(self, event_type: str) -> bool:
+        return fnmatchcase(event_type, self.event_pattern)

@@ -14,7 +14,6 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import set_rollback
 
 from todos.errors import QueueError
 from todos.models import Agent, hash_token
@@ -116,6 +115,10 @@ def _drf_code(exc: exceptions.APIException) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render every error as ``{"error": {"code", "detail", ...}}`` (SPEC "Interfaces")."""
+    # Imported here: rest_framework.views reads the auth classes from settings at import time, and
+    # they live in this module, so a top-level import would be circular.
+    from rest_framework.views import set_rollback
+
     set_rollback()
     if isinstance(exc, QueueError):
         return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])

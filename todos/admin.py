@@ -1,18 +1,390 @@
-from django.contrib import admin
+"""The operator console for todos, agents and queue names.
 
-from todos.models import Agent, Todo
+Operators never edit a todo: its fields are read-only and every change goes through an action that
+calls todos/queue.py (todos/admin_ops.py). The changelist stays fast on millions of rows: no full
+COUNT(*) (switchboard/admin_tools.py), an index behind every filter (todos/admin_filters.py), heavy
+JSON columns deferred, sorting only on what an index orders.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.safestring import SafeString
+
+from switchboard.admin_tools import EstimatedCountPaginator
+from todos import admin_display as show
+from todos.admin_bulk import bulk_view
+from todos.admin_filters import (
+    AssigneeFilter,
+    DeadLetterFilter,
+    KindFilter,
+    LapsedFilter,
+    QueueFilter,
+    RetryWaitingFilter,
+    SourceFilter,
+    StateFilter,
+)
+from todos.admin_ops import OPS, Op, apply
+from todos.models import Agent, Queue, Todo, TodoState
+
+TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
+EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
+# A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
+MAX_SELECTED = 500
+
+
+def _operator_action(op: Op) -> Any:
+    def action(modeladmin: TodoAdmin, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return modeladmin.run_op(request, queryset, op)
+
+    action.__name__ = op.name
+    return admin.action(description=op.label, permissions=["operate"])(action)
+
+
+def ops_for(todo: Todo) -> list[Op]:
+    """The actions whose guard this todo passes now (the detail page offers only those)."""
+    label = show.state_label(todo)
+    names = {
+        "dead-letter": ["retry_reset", "retry_once", "discard"],
+        "retry-waiting": ["retry_now", "discard"],
+        "pending": ["discard"],
+        "claimed": ["force_release"],
+    }.get(label, [])
+    return [OPS[name] for name in names]
 
 
 @admin.register(Todo)
 class TodoAdmin(admin.ModelAdmin):
-    list_display = ("id", "queue", "kind", "title", "state", "attempt", "max_attempts", "owner", "created_at")
-    list_filter = ("state", "queue")
+    list_display = (
+        "short_id",
+        "queue",
+        "kind",
+        "short_title",
+        "state_badge",
+        "attempts",
+        "assignee",
+        "owner",
+        "due",
+        "age",
+    )
+    list_display_links = ("short_id",)
+    list_filter = (
+        StateFilter,
+        DeadLetterFilter,
+        RetryWaitingFilter,
+        LapsedFilter,
+        QueueFilter,
+        KindFilter,
+        AssigneeFilter,
+        SourceFilter,
+    )
     search_fields = ("id", "title", "idempotency_key", "owner")
-    readonly_fields = [f.name for f in Todo._meta.fields]
+    search_help_text = (
+        "A td_… id (or an ev_… event id) finds exactly that; other text matches titles containing it, "
+        "or an exact idempotency key or owner."
+    )
+    ordering = ("-created_at",)
+    sortable_by = ("age",)  # the one order an index serves with every filter
+    paginator = EstimatedCountPaginator
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT per filter choice: too dear here
+    list_per_page = 50
+    actions = [_operator_action(op) for op in OPS.values()]
+    fieldsets = (
+        (None, {"fields": ("id", "state_badge", "queue", "kind", "title", "source", "assignee", "idempotency_key")}),
+        (
+            "Attempts and lease",
+            {
+                "fields": (
+                    "attempts",
+                    "owner",
+                    "lease_expires_at",
+                    "next_retry_at",
+                    "claimed_at",
+                    "completed_at",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+        ("Event", {"fields": ("event_link", "sibling_todos")}),
+        ("Payload", {"fields": ("payload_json",)}),
+        ("Result", {"fields": ("result_json",)}),
+        ("History", {"fields": ("timeline", "errors_json")}),
+    )
+    readonly_fields = [f for _, opts in fieldsets for f in opts["fields"]]
+
+    # batches of "apply to every matching todo" (todos/admin_bulk.py)
+    bulk_batch_size = 500
+    bulk_request_cap = 5000
+    bulk_request_seconds = 8.0
+
+    class Media:
+        css = {"all": ["todos/admin.css"]}
+
+    # --- permissions: view, plus "operate" (the actions) for those who may change todos ----------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # todos come from agents and webhooks
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # read-only: state changes only through actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting is retention's job (manage.py purge)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("todos.change_todo")
+
+    # --- the list -----------------------------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        qs = super().get_queryset(request)
+        match = request.resolver_match
+        if match is None or match.url_name != "todos_todo_change":
+            qs = qs.defer("payload", "result", "errors")
+        return qs
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if TODO_ID_RE.match(term):
+            return queryset.filter(pk=term), False  # the primary key: one index probe
+        if EVENT_ID_RE.match(term):
+            return queryset.filter(event_id=term), False
+        return queryset.filter(Q(title__icontains=term) | Q(idempotency_key=term) | Q(owner=term)), False
+
+    @admin.display(description="id")
+    def short_id(self, obj: Todo) -> SafeString:
+        # The full id is 35 characters; its first 11 keep the list readable at laptop width and
+        # the full one is in the tooltip, the row's checkbox and the detail page.
+        return format_html('<span title="{}">{}…</span>', obj.pk, obj.pk[:11])
+
+    @admin.display(description="title")
+    def short_title(self, obj: Todo) -> str:
+        return obj.title if len(obj.title) <= 60 else obj.title[:59] + "…"
+
+    @admin.display(description="state")
+    def state_badge(self, obj: Todo) -> SafeString:
+        return show.state_badge(obj)
+
+    @admin.display(description="attempt")
+    def attempts(self, obj: Todo) -> str:
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="lease expiry / next retry")
+    def due(self, obj: Todo) -> str:
+        if obj.state == TodoState.CLAIMED:
+            return f"lease {show.relative(obj.lease_expires_at)}"
+        if obj.state == TodoState.FAILED and obj.next_retry_at is not None:
+            return f"retry {show.relative(obj.next_retry_at)}"
+        return "—"
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj: Todo) -> str:
+        return show.relative(obj.created_at)
+
+    # --- the detail page ------------------------------------------------------------------------
+    @admin.display(description="payload")
+    def payload_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.payload)
+
+    @admin.display(description="result")
+    def result_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.result)
+
+    @admin.display(description="errors (raw)")
+    def errors_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.errors)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Todo) -> SafeString:
+        return show.timeline_html(obj)
+
+    @admin.display(description="event")
+    def event_link(self, obj: Todo) -> SafeString | str:
+        if not obj.event_id:
+            return "—"
+        url = reverse("admin:events_event_change", args=[obj.event_id])
+        return format_html('<a href="{}">{}</a>', url, obj.event_id)
+
+    @admin.display(description="other todos of this event")
+    def sibling_todos(self, obj: Todo) -> SafeString | str:
+        if not obj.event_id:
+            return "—"
+        siblings = (
+            Todo.objects.filter(event_id=obj.event_id)
+            .exclude(pk=obj.pk)
+            .only("id", "queue", "kind", "state", "next_retry_at")
+            .order_by("created_at")[:50]
+        )
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {} {} {}</li>',
+            (
+                (reverse("admin:todos_todo_change", args=[t.pk]), t.pk, t.queue, t.kind, show.state_badge(t))
+                for t in siblings
+            ),
+        )
+        return format_html("<ul>{}</ul>", items) if items else "none"
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra_context = extra_context or {}
+        todo = Todo.objects.filter(pk=object_id).only("state", "next_retry_at").first()
+        if todo is not None and self.has_operate_permission(request):
+            extra_context["todo_ops"] = ops_for(todo)
+            extra_context["changelist_url"] = reverse("admin:todos_todo_changelist")
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- the actions --------------------------------------------------------------------------
+    def get_urls(self) -> list[Any]:
+        def view(request: HttpRequest, op_name: str) -> HttpResponse:
+            return bulk_view(self, request, op_name)
+
+        return [
+            path("bulk/<str:op_name>/", self.admin_site.admin_view(view), name="todos_todo_bulk"),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # The list has ten columns and a filter panel: give it the nav sidebar's width at laptop sizes.
+        extra_context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        narrowed = any(key not in ("p", "o", "_facets") for key in request.GET)
+        if narrowed and self.has_operate_permission(request):
+            query = request.GET.urlencode()
+            extra_context["bulk_links"] = [
+                (op.label, reverse("admin:todos_todo_bulk", args=[op.name]) + (f"?{query}" if query else ""))
+                for op in OPS.values()
+            ]
+        return super().changelist_view(request, extra_context)
+
+    def run_op(self, request: HttpRequest, queryset: QuerySet, op: Op) -> HttpResponse | None:
+        if request.POST.get("select_across") == "1":
+            # "Select all N": never one unbounded request; hand over to the batched view.
+            url = reverse("admin:todos_todo_bulk", args=[op.name])
+            query = request.GET.urlencode()
+            return HttpResponseRedirect(f"{url}?{query}" if query else url)
+        ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:MAX_SELECTED])
+        if op.note_label and "confirm" not in request.POST:
+            return TemplateResponse(
+                request,
+                "admin/todos/todo/action_confirm.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "opts": self.model._meta,
+                    "title": f"{op.label}: {len(ids)} todo{'s' if len(ids) != 1 else ''}",
+                    "op": op,
+                    "ids": ids,
+                    "return_to": request.POST.get("_return_to", ""),
+                },
+            )
+        outcome = apply(
+            op, ids, user_id=request.user.pk, operator=request.user.get_username(), note=request.POST.get("note", "")
+        )
+        self.message_user(request, outcome.message(op), messages.SUCCESS if outcome.succeeded else messages.WARNING)
+        return_to = request.POST.get("_return_to", "")
+        if return_to and url_has_allowed_host_and_scheme(return_to, {request.get_host()}, request.is_secure()):
+            return HttpResponseRedirect(return_to)
+        return None
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "owner", "is_active", "claim_scopes", "create_scopes", "created_at")
-    exclude = ("token_hash",)
+    list_display = ("name", "owner", "is_active", "claim_scopes", "create_scopes", "token_prefix", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("name",)
+    list_select_related = ("owner",)
+    fields = (
+        "name",
+        "owner",
+        "claim_scopes",
+        "create_scopes",
+        "can_retry_dead_letters",
+        "is_active",
+        "token_prefix",
+        "created_at",
+    )
+    readonly_fields = ("token_prefix", "created_at")
+    actions = ["revoke", "rotate_token"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # The name is the owner identity on claims already made: fixed once the agent exists.
+        return (*self.readonly_fields, "name") if obj is not None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        if not change:
+            # Kept on the request object only, for response_add to show once; never stored.
+            request._new_agent_token = obj.set_new_token()  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
+        token = getattr(request, "_new_agent_token", None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        return self._token_page(request, [(obj, token)], "Agent created")
+
+    def _token_page(self, request: HttpRequest, pairs: list[tuple[Agent, str]], title: str) -> HttpResponse:
+        response = TemplateResponse(
+            request,
+            "admin/todos/agent/token_once.html",
+            {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title, "pairs": pairs},
+        )
+        response["Cache-Control"] = "no-store"  # the plaintext must not linger in a cache
+        return response
+
+    @admin.action(description="Revoke (deactivate) the selected agents", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+        agents = list(queryset.filter(is_active=True))
+        queryset.filter(pk__in=[a.pk for a in agents]).update(is_active=False)
+        for agent in agents:
+            self.log_change(request, agent, "Revoked (deactivated)")
+        self.message_user(request, f"{len(agents)} agent(s) revoked; their tokens no longer authenticate.")
+
+    @admin.action(description="Rotate token (the old one stops working)", permissions=["change"])
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse:
+        pairs = []
+        for agent in queryset.order_by("name"):
+            token = agent.set_new_token()
+            agent.save(update_fields=["token_hash", "token_prefix"])
+            self.log_change(request, agent, "Token rotated")
+            pairs.append((agent, token))
+        return self._token_page(request, pairs, "Tokens rotated")
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    """The registry of queue names (claims expand scope globs against it); created by todos/queue.py."""
+
+    list_display = ("name", "created_at", "todos_link")
+    search_fields = ("name",)
+    ordering = ("name",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="todos")
+    def todos_link(self, obj: Queue) -> SafeString:
+        url = reverse("admin:todos_todo_changelist")
+        return format_html(
+            '<a href="{}?{}">todos</a> · <a href="{}?{}">dead-letters</a>',
+            url,
+            urlencode({"queue": obj.name}),
+            url,
+            urlencode({"queue": obj.name, "dead": "yes"}),
+        )

@@ -150,6 +150,27 @@ class Todo(models.Model):
                 condition=Q(state="failed", next_retry_at__isnull=True),
                 name="todo_dead_letters",
             ),
+            # The admin's changelist (todos/admin.py) lists newest first, unfiltered or by one filter;
+            # each filter walks its own (column, created_at) index backwards and stops after a page,
+            # and its choices come from a skip scan of the same index (switchboard/admin_tools.py). Every
+            # index costs each state change a tuple (state changes are never HOT updates anyway);
+            # docs/benchmarks.md "Admin at 1M rows" shows the plans these serve.
+            models.Index(fields=["created_at"], name="todo_admin_recent"),
+            models.Index(fields=["state", "created_at"], name="todo_admin_state_recent"),
+            models.Index(fields=["queue", "created_at"], name="todo_admin_queue_recent"),
+            models.Index(fields=["kind", "created_at"], name="todo_admin_kind_recent"),
+            models.Index(fields=["source", "created_at"], name="todo_admin_source_recent"),
+            models.Index(
+                fields=["assignee", "created_at"],
+                condition=Q(assignee__isnull=False),
+                name="todo_admin_assignee_recent",
+            ),
+            # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
+            # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
+            models.Index(fields=["completed_at"], condition=Q(state="done"), name="todo_done_recent"),
+            # The dashboard's failures per minute (failed rows by when they last changed), and
+            # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
+            models.Index(fields=["updated_at"], condition=Q(state="failed"), name="todo_failed_recent"),
         ]
 
     def __str__(self) -> str:

@@ -7,10 +7,12 @@ the todo is absent or outside the caller's scopes, TodoConflict (with the curren
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
@@ -21,8 +23,9 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.json import Jsonb
 
+from switchboard.metrics import LEASE_LAPSES, TRANSITIONS
 from todos import sql
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, QueueError, TodoConflict, TodoNotFound
 from todos.models import Agent, Queue, Todo, glob_to_like, new_todo_id, validate_queue_name
 
 logger = logging.getLogger(__name__)
@@ -95,6 +98,47 @@ def _todo(row: tuple[Any, ...], db: BaseDatabaseWrapper) -> Todo:
     return todo
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _counted(verb: str, outcome: Callable[[Any], str] = lambda _result: "ok") -> Callable[[F], F]:
+    """Count each call in switchboard_todo_transitions_total{verb, outcome}: the outcome of the result,
+    or the code of the QueueError a miss raised. One counter increment: a few microseconds."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = function(*args, **kwargs)
+            except QueueError as exc:
+                TRANSITIONS.labels(verb=verb, outcome=exc.code).inc()
+                raise
+            TRANSITIONS.labels(verb=verb, outcome=outcome(result)).inc()
+            return result
+
+        return counted  # type: ignore[return-value]
+
+    return decorate
+
+
+def _took_over_a_lapsed_lease(todo: Todo) -> bool:
+    """True if the claim that returned ``todo`` took it over from a lapsed lease: that claim appended a
+    "lease expired" entry stamped with its own claimed_at (todos/sql.py, _CLAIM_SET)."""
+    last = todo.errors[-1] if todo.errors else None
+    if not isinstance(last, dict) or "reclaimed_at" not in last or todo.claimed_at is None:
+        return False
+    try:
+        return datetime.fromisoformat(last["reclaimed_at"]) == todo.claimed_at
+    except (TypeError, ValueError):
+        return False
+
+
+def _count_lapsed_claims(todos: Iterable[Todo]) -> None:
+    lapsed = sum(1 for todo in todos if _took_over_a_lapsed_lease(todo))
+    if lapsed:
+        LEASE_LAPSES.labels(detected_by="claim", outcome="reclaimed").inc(lapsed)
+
+
 def _rows(statement: str, params: dict[str, Any]) -> list[Todo]:
     """Run a statement that returns sql.TODO_COLUMNS; build its rows into Todos."""
     db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per use
@@ -114,7 +158,9 @@ def _rows_reviving(statement: str, params: dict[str, Any], action: str, todo_id:
         return _rows(statement, params)
     except IntegrityError as exc:
         raise TodoConflict(
-            f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.", state="failed"
+            f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.",
+            state="failed",
+            reason="idempotency_key_taken",
         ) from exc
 
 
@@ -149,6 +195,7 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
     return TodoConflict(f"Cannot {action} {todo_id} while it is {state}.", state=state, dead_letter=dead)
 
 
+@_counted("create", lambda result: "ok" if result[1] else "duplicate")
 def create(
     *,
     queue: str,
@@ -195,6 +242,7 @@ def create(
     raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
 
 
+@_counted("claim_next", lambda todos: "ok" if todos else "empty")
 def claim_next(
     *,
     agent: Agent,
@@ -221,9 +269,11 @@ def claim_next(
         },
     )
     todos.sort(key=lambda t: t.created_at)
+    _count_lapsed_claims(todos)
     return todos
 
 
+@_counted("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
     """pending (or lapsed, or retry-due) -> claimed, for this one todo."""
     rows = _rows(
@@ -237,6 +287,7 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
         },
     )
     if rows:
+        _count_lapsed_claims(rows)
         return rows[0]
     raise _miss(todo_id, agent, "claim")
 
@@ -253,6 +304,7 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
     raise _miss(todo_id, agent, action, lease_id)
 
 
+@_counted("heartbeat")
 def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float | None = None) -> Todo:
     """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt."""
     return _with_receipt(
@@ -260,6 +312,7 @@ def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float
     )
 
 
+@_counted("complete")
 def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
     """claimed -> done. Needs the current receipt."""
     return _with_receipt(
@@ -291,9 +344,13 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
             outcomes.append(done.pop(todo_id))
         else:
             outcomes.append(_miss(todo_id, agent, "complete", lease_id))  # type: ignore[arg-type]
+    for outcome in outcomes:
+        # Each item counts as one complete, as if it had been its own call.
+        TRANSITIONS.labels(verb="complete", outcome="ok" if isinstance(outcome, Todo) else outcome.code).inc()
     return outcomes
 
 
+@_counted("fail", lambda todo: "retry_scheduled" if todo.next_retry_at is not None else "dead_lettered")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
     return _with_receipt(
@@ -309,11 +366,13 @@ def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in
     )
 
 
+@_counted("release")
 def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
     """claimed -> pending, giving the attempt back. Needs the current receipt."""
     return _with_receipt(sql.RELEASE, "release", todo_id, agent, lease_id)
 
 
+@_counted("retry_dead_letter")
 def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "", agent: Agent | None = None) -> Todo:
     """dead-letter -> pending. ``mode`` "reset" grants a full new budget, "once" exactly one more try.
 
@@ -338,6 +397,9 @@ def requeue_lapsed(*, batch: int) -> LapseResult:
         cursor.execute(sql.REQUEUE_LAPSED, {"batch": batch})
         states = [state for _, _, state in cursor.fetchall()]
     dead = states.count("failed")
+    if states:
+        LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(states) - dead)
+        LEASE_LAPSES.labels(detected_by="reaper", outcome="dead_lettered").inc(dead)
     return LapseResult(requeued=len(states) - dead, dead_lettered=dead)
 
 
@@ -345,7 +407,10 @@ def promote_due_retries(*, batch: int) -> int:
     """One batch of failed todos whose retry is due: -> pending."""
     with _cursor(connections[DEFAULT_DB_ALIAS]) as cursor:
         cursor.execute(sql.PROMOTE_DUE_RETRIES, {"batch": batch})
-        return len(cursor.fetchall())
+        promoted = len(cursor.fetchall())
+    if promoted:
+        TRANSITIONS.labels(verb="retry_due", outcome="ok").inc(promoted)
+    return promoted
 
 
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
@@ -368,3 +433,61 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
 
 def known_queues() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
+
+
+def retry_dead_letter_many(
+    ids: Sequence[str], *, mode: str, operator: str, note: str = "", agent: Agent | None = None
+) -> list[Todo]:
+    """retry_dead_letter for a batch, in one statement; returns the todos retried (the others did not
+    pass the guard). A newer runnable todo holding one row's key fails the whole statement with
+    TodoConflict(reason="idempotency_key_taken"): retry those one by one to find it."""
+    if mode not in ("reset", "once"):
+        raise InvalidTransitionInput("mode must be 'reset' or 'once'.", field="mode")
+    return _rows_reviving(
+        sql.RETRY_DEAD_LETTER_MANY,
+        {"ids": list(ids), "mode": mode, "operator": operator, "note": note, "visible": _visible(agent)},
+        "retry",
+        "a batch",
+    )
+
+
+def retry_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
+    """retry-waiting (failed, next_retry_at set) -> pending now, for each id that is retry-waiting."""
+    return _rows(sql.RETRY_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
+@_counted("retry_now")
+def retry_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
+    """retry-waiting (failed, next_retry_at set) -> pending now, without waiting for the backoff."""
+    rows = retry_now_many([todo_id], operator=operator, agent=agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "retry now")
+
+
+def discard_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
+    """pending or failed -> done with result {"discarded_by", "reason"}, for each id that qualifies."""
+    return _rows(sql.DISCARD, {"ids": list(ids), "operator": operator, "reason": reason, "visible": _visible(agent)})
+
+
+@_counted("discard")
+def discard(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
+    """pending or failed -> done with result {"discarded_by", "reason"}. Not from claimed: force-release first."""
+    rows = discard_many([todo_id], operator=operator, reason=reason, agent=agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "discard")
+
+
+def force_release_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
+    """claimed -> pending whatever the receipt, for each id that is claimed."""
+    return _rows(sql.FORCE_RELEASE, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
+@_counted("force_release")
+def force_release(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
+    """claimed -> pending whatever the receipt (a stuck worker); recorded in errors, attempt kept."""
+    rows = force_release_many([todo_id], operator=operator, agent=agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "force-release")

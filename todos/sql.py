@@ -63,7 +63,7 @@ _CLAIMABLE = """(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
     OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
     OR (t.state = 'failed' AND t.next_retry_at <= now()))"""
 
-_CLAIM_SET = f"""
+_CLAIM_SET = """
     state = 'claimed',
     attempt = t.attempt + 1,
     owner = %(owner)s,
@@ -72,8 +72,11 @@ _CLAIM_SET = f"""
     claimed_at = now(),
     updated_at = now(),
     next_retry_at = NULL,
-    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would
-    errors = CASE WHEN t.state = 'claimed' THEN t.errors || {_LEASE_EXPIRED_ERROR} ELSE t.errors END"""
+    -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
+    -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
+    errors = CASE WHEN t.state = 'claimed' THEN t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
+        ELSE t.errors END"""
 
 # claim_next: up to %(limit)s todos, oldest first, from the caller's queues.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
@@ -274,3 +277,60 @@ CURRENT_STATE = """
 SELECT state, next_retry_at IS NULL AS no_retry, lease_id, split_part(owner, '/', 1) AS owner_agent
 FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
 """
+
+# --- Operator transitions (the admin's actions). Each names the operator in errors or result. -------
+# Each takes a list of ids (%(ids)s) so the admin's bulk runs make one statement per batch; the
+# single-todo functions pass a list of one. The guard applies to each row on its own: rows that do
+# not pass it are left alone and simply not returned.
+
+# retry_now (operator): retry-waiting -> pending at once, as promote_due_retries would do when the retry
+# falls due. Straight to pending (not next_retry_at = now()) so the operator sees the effect on the
+# next page load instead of after the reaper's next sweep. Recorded in errors, like operator retry.
+RETRY_NOW = f"""
+UPDATE todos_todo t SET
+    state = 'pending',
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'operator retry now', 'operator', %(operator)s::text)),
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
+  AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+
+# discard (operator): pending or failed (retry-waiting or dead) -> done, the result saying who and why.
+# Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
+# done frees the idempotency key, so this can never collide with a newer runnable todo.
+DISCARD = f"""
+UPDATE todos_todo t SET
+    state = 'done',
+    result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
+    completed_at = now(),
+    owner = NULL,
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'failed') AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+
+# force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
+# a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
+FORCE_RELEASE = f"""
+UPDATE todos_todo t SET
+    state = 'pending',
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'operator force-release',
+        'operator', %(operator)s::text, 'owner', t.owner)),
+    owner = NULL,
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+
+# retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
+RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")

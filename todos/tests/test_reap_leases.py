@@ -77,7 +77,7 @@ def _reaper_env() -> dict[str, str]:
 
 
 def _start_reaper(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(  # noqa: S603 (our own interpreter, manage.py and fixed arguments)
+    return subprocess.Popen(
         [sys.executable, "manage.py", "reap_leases", *args],
         cwd=BASE_DIR,
         env=_reaper_env(),

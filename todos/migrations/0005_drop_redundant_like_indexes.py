@@ -16,7 +16,7 @@ INDEXES = {
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0002_todo_table_tuning")]
+    dependencies = [("todos", "0004_admin_indexes")]
 
     operations = [
         migrations.RunSQL(

@@ -1,0 +1,201 @@
+"""Times the operator console at 1M todos and 1M events: changelists under each filter, searches,
+detail pages, the dashboard, and the batched "apply to every matching todo" run.
+
+    .venv/bin/python bench/admin_changelist.py [--rows 1000000] [--runs 5] [--reseed]
+
+It uses a scratch database, ``switchboard_bench_admin`` on the embedded server (EMBEDDED_PG_DATABASE;
+with DATABASE_URL set, that database is used instead: point it at a scratch one), migrates it, and
+seeds it once with generate_series (reused on later runs unless --reseed). Requests go through Django's test client
+(the full admin stack: middleware, templates, every query), logged in as a superuser. Prints a
+Markdown table: median and max milliseconds over ``--runs`` requests after one warm-up, the median
+milliseconds of those spent in the database, and the number of queries per request.
+
+The seeded shape: 8 queues, 85% done, 8% pending, 1% claimed (most with lapsed leases), 2%
+retry-waiting, 4% dead-letters; 5 kinds, 3 sources, 10% assigned; one event per two todos;
+created_at spread evenly over the last 30 days (so the newest ~1,400 rows fall in the last hour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings_test")
+os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_admin")
+
+import django
+
+django.setup()
+
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.urls import reverse  # noqa: E402
+
+SEED_EVENTS = """
+INSERT INTO events_event (id, source, type, delivery_id, payload, headers, received_at)
+SELECT 'ev_' || md5(g::text),
+       (ARRAY['github', 'stripe', 'linear'])[1 + g %% 3],
+       (ARRAY['push', 'pull_request.opened', 'issue_comment.created', 'charge.failed', 'invoice.paid',
+              'issue.updated', 'rare.type'])[1 + least(g %% 1000, 6)],
+       'delivery-' || g,
+       jsonb_build_object('n', g, 'ref', 'main', 'repository', jsonb_build_object('name', 'switchboard')),
+       '{}'::jsonb,
+       now() - (%(rows)s / 2 - g) * interval '5.2 seconds'
+FROM generate_series(1, %(rows)s / 2) g
+"""
+
+SEED_TODOS = """
+INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state,
+    owner, lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
+    next_retry_at, lease_id, errors)
+SELECT 'td_' || md5('t' || g), 'queue-' || (g %% 8), (ARRAY['github', 'stripe', 'linear'])[1 + g %% 3],
+       (ARRAY['review', 'deploy', 'triage', 'notify', 'sync'])[1 + (g / 7) %% 5], 'Todo number ' || g,
+       jsonb_build_object('n', g, 'pr', g %% 5000), 'ev_' || md5(((g + 1) / 2)::text), 'key-' || g,
+       CASE WHEN g %% 10 = 0 THEN 'agent-' || (g %% 5) END,
+       CASE WHEN s.k IN ('retry', 'dead') THEN 'failed' ELSE s.k END,
+       CASE WHEN s.k = 'claimed' THEN 'agent-' || (g %% 5) END,
+       CASE WHEN s.k = 'claimed' THEN c.at + interval '5 minutes' END,
+       CASE s.k WHEN 'pending' THEN 0 WHEN 'retry' THEN 2 WHEN 'dead' THEN 5 ELSE 1 END,
+       5,
+       CASE WHEN s.k = 'done' THEN '{"ok": true}'::jsonb END,
+       c.at, c.at + interval '10 seconds',
+       CASE WHEN s.k <> 'pending' THEN c.at + interval '1 second' END,
+       CASE WHEN s.k = 'done' THEN c.at + interval '5 seconds' END,
+       CASE WHEN s.k = 'retry' THEN now() + (g %% 3600) * interval '1 second' END,
+       CASE WHEN s.k = 'claimed' THEN 'ls_' || md5('l' || g) END,
+       CASE WHEN s.k IN ('retry', 'dead') THEN jsonb_build_array(jsonb_build_object(
+           'attempt', 1, 'at', c.at + interval '10 seconds', 'error', 'upstream timed out')) ELSE '[]'::jsonb END
+FROM generate_series(1, %(rows)s) g
+CROSS JOIN LATERAL (SELECT CASE WHEN g %% 100 < 85 THEN 'done' WHEN g %% 100 < 93 THEN 'pending'
+                                WHEN g %% 100 < 94 THEN 'claimed' WHEN g %% 100 < 96 THEN 'retry'
+                                ELSE 'dead' END AS k) s
+CROSS JOIN LATERAL (SELECT now() - (%(rows)s - g) * interval '2.6 seconds' AS at) c
+"""
+
+
+# Undo the batched run's retries (bench data only): back to dead-letters with their seeded history.
+RESTORE_DEAD = """
+UPDATE todos_todo SET state = 'failed', attempt = 5, max_attempts = 5, next_retry_at = NULL,
+    errors = jsonb_build_array(errors -> 0)
+WHERE state = 'pending' AND errors @> '[{"error": "operator retry"}]'
+"""
+
+
+def seed(rows: int, reseed: bool) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM todos_todo")
+        have = cursor.fetchone()[0]
+        if have == rows and not reseed:
+            print(f"reusing {have:,} seeded todos")
+            return
+        started = time.monotonic()
+        cursor.execute("TRUNCATE todos_todo, events_event, todos_queue, django_admin_log CASCADE")
+        cursor.execute(
+            "INSERT INTO todos_queue (name, created_at) SELECT 'queue-' || g, now() FROM generate_series(0, 7) g"
+        )
+        cursor.execute(SEED_EVENTS, {"rows": rows})
+        cursor.execute(SEED_TODOS, {"rows": rows})
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE todos_todo")
+        cursor.execute("VACUUM ANALYZE events_event")
+    print(f"seeded {rows:,} todos and {rows // 2:,} events in {time.monotonic() - started:.0f} s")
+
+
+def timed(client: Client, url: str, runs: int) -> tuple[float, float, float, int]:
+    """Median and max wall milliseconds of the whole request, median milliseconds spent in the
+    database (the sum of its queries' times), and the number of queries."""
+    client.get(url)  # warm-up: connection, template caches
+    times, db_times = [], []
+    queries = 0
+    for _ in range(runs):
+        with CaptureQueriesContext(connection) as ctx:
+            started = time.perf_counter()
+            response = client.get(url)
+            times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code in (200, 302), (url, response.status_code)
+        db_times.append(sum(float(q["time"]) for q in ctx.captured_queries) * 1000)
+        queries = len(ctx.captured_queries)
+    return statistics.median(times), max(times), statistics.median(db_times), queries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--reseed", action="store_true")
+    args = parser.parse_args()
+
+    call_command("migrate", verbosity=0)
+    seed(args.rows, args.reseed)
+    user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench", "", "bench-pw-1")
+    client = Client()
+    client.force_login(user)
+
+    todos = reverse("admin:todos_todo_changelist")
+    events = reverse("admin:events_event_changelist")
+    some_todo = "td_" + __import__("hashlib").md5(f"t{args.rows // 2}".encode()).hexdigest()
+    some_event = "ev_" + __import__("hashlib").md5(f"{args.rows // 4}".encode()).hexdigest()
+    cases = [
+        ("todos, unfiltered", todos),
+        ("todos, dead-letters", todos + "?dead=yes"),
+        ("todos, retry-waiting", todos + "?retry_waiting=yes"),
+        ("todos, state=pending", todos + "?state=pending"),
+        ("todos, state=claimed", todos + "?state=claimed"),
+        ("todos, lease lapsed", todos + "?lapsed=yes"),
+        ("todos, queue", todos + "?queue=queue-3"),
+        ("todos, queue + dead-letters", todos + "?queue=queue-3&dead=yes"),
+        ("todos, kind", todos + "?kind=deploy"),
+        ("todos, assignee", todos + "?assignee=agent-0"),
+        ("todos, source", todos + "?source=stripe"),
+        ("todos, search exact id", todos + f"?q={some_todo}"),
+        ("todos, search title text (sequential scan)", todos + "?q=number+123456"),
+        ("todos, page 50 of dead-letters", todos + "?dead=yes&p=50"),
+        ("todo detail", reverse("admin:todos_todo_change", args=[some_todo])),
+        ("events, unfiltered", events),
+        ("events, source", events + "?source=stripe"),
+        ("events, rare type", events + "?type=rare.type"),
+        ("event detail", reverse("admin:events_event_change", args=[some_event])),
+        ("dashboard", reverse("admin-dashboard")),
+        ("dashboard JSON", reverse("admin-dashboard-json")),
+        (
+            "apply-to-all confirm page, dead-letters",
+            reverse("admin:todos_todo_bulk", args=["retry_once"]) + "?dead=yes",
+        ),
+    ]
+    print(f"\n| page ({args.rows:,} todos, {args.rows // 2:,} events) | median ms | max ms | db ms | queries |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for label, url in cases:
+        median, worst, db, queries = timed(client, url, args.runs)
+        print(f"| {label} | {median:.0f} | {worst:.0f} | {db:.0f} | {queries} |", flush=True)
+
+    # The batched run: up to one request's cap (5,000) of dead-letters in one queue, retried once; then
+    # the bench puts them back, so that every run measures the same table.
+    from todos.admin import TodoAdmin
+    from todos.models import Todo
+
+    TodoAdmin.bulk_request_cap = 5000
+    TodoAdmin.bulk_request_seconds = 120
+    before = Todo.objects.filter(queue="queue-3").dead_lettered().count()
+    url = reverse("admin:todos_todo_bulk", args=["retry_once"]) + "?dead=yes&queue=queue-3"
+    started = time.perf_counter()
+    response = client.post(url, {"note": "bench"})
+    elapsed = time.perf_counter() - started
+    done = before - Todo.objects.filter(queue="queue-3").dead_lettered().count()
+    print(
+        f"\napply-to-all, retry once, one request (status {response.status_code}): {done:,} of {before:,} "
+        f"dead-letters in {elapsed:.1f} s, {done / elapsed:,.0f} todos/s, batches of {TodoAdmin.bulk_batch_size}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(RESTORE_DEAD)
+
+
+if __name__ == "__main__":
+    main()

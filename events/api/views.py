@@ -1,0 +1,100 @@
+"""Event history: list, read, replay. Scope rule (README "Webhooks"): an agent sees an event if any
+route of the event's source targets a queue within its claim or create scopes; staff see every event.
+Anything outside the caller's scope is 404, as if it did not exist."""
+
+from __future__ import annotations
+
+import re
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from events.api.serializers import EventListFilter, EventSerializer, EventSummarySerializer, ReplaySerializer
+from events.models import Event, EventQuerySet
+from ingest import routing
+from switchboard.api import CreatedCursorPagination, caller_agent
+from todos.models import Todo, TodoQuerySet
+
+# Event ids are "ev_" + 32 hex digits; anything else cannot exist, and must not reach a query (a NUL
+# character would make PostgreSQL refuse the statement).
+EVENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+_ERROR = OpenApiResponse(description='`{"error": {"code", "detail"}}`')
+_ERRORS = {401: _ERROR, 404: _ERROR, 503: _ERROR}
+
+
+class EventCursorPagination(CreatedCursorPagination):
+    ordering = ("-received_at", "-id")
+
+
+def _is_staff(request: Request) -> bool:
+    return bool(getattr(request.user, "is_staff", False))
+
+
+def visible_events(request: Request) -> EventQuerySet:
+    if _is_staff(request):
+        return Event.objects.all()
+    return Event.objects.visible_to(caller_agent(request))
+
+
+def visible_todos(request: Request) -> TodoQuerySet:
+    if _is_staff(request):
+        return Todo.objects.all()
+    return Todo.objects.visible_to(caller_agent(request))
+
+
+def _event_or_404(request: Request, pk: str) -> Event:
+    event = visible_events(request).filter(pk=pk).first() if EVENT_ID_RE.match(pk) else None
+    if event is None:
+        raise NotFound(f"No event {pk[:40]!r}.")
+    return event
+
+
+@extend_schema(
+    summary="List events",
+    description="Events the caller may see (README: Webhooks, scope rule), newest first, without payloads.",
+    parameters=[OpenApiParameter("source", str), OpenApiParameter("type", str)],
+    responses={200: EventSummarySerializer(many=True), 400: _ERROR, 401: _ERROR, 503: _ERROR},
+)
+class EventList(generics.ListAPIView):
+    serializer_class = EventSummarySerializer
+    pagination_class = EventCursorPagination
+
+    def get_queryset(self) -> EventQuerySet:
+        filters = EventListFilter(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        events = visible_events(self.request)
+        for field in ("source", "type"):
+            if field in filters.validated_data:
+                events = events.filter(**{field: filters.validated_data[field]})
+        return events
+
+
+class EventDetail(APIView):
+    @extend_schema(summary="One event", responses={200: EventSerializer, **_ERRORS})
+    def get(self, request: Request, pk: str) -> Response:
+        event = _event_or_404(request, pk)
+        return Response(EventSerializer(event, context={"visible_todos": visible_todos(request)}).data)
+
+
+class EventReplay(APIView):
+    """Re-run routing for a stored event: runnable todos are returned as they are, done and
+    dead-lettered ones get a fresh todo. An agent replays only routes into its create scopes."""
+
+    @extend_schema(summary="Replay an event's routing", request=None, responses={200: ReplaySerializer, **_ERRORS})
+    def post(self, request: Request, pk: str) -> Response:
+        event = _event_or_404(request, pk)
+        agent = None if _is_staff(request) else caller_agent(request)
+        routed = routing.replay(event, agent=agent)
+        body = ReplaySerializer(
+            {
+                "event_id": event.id,
+                "todo_ids": [r.todo.id for r in routed],
+                "created_todo_ids": [r.todo.id for r in routed if r.created],
+            }
+        ).data
+        return Response(body)

@@ -1,0 +1,44 @@
+"""Why a delivery was refused. Like the queue's errors these know no HTTP: each carries a ``code`` that
+switchboard/api.py's STATUS_BY_CODE turns into a status (SignatureInvalid 401, UnknownSource 404,
+BodyTooLarge 413, InvalidDelivery 400, RoutingFailed and DeliveryBusy 503)."""
+
+from __future__ import annotations
+
+from todos.errors import QueueError
+
+
+class SignatureInvalid(QueueError):
+    """The signature is missing, malformed, made with another secret, or its timestamp is stale."""
+
+    code = "unauthorized"
+
+
+class UnknownSource(QueueError):
+    """No active source has this slug (an inactive source answers the same, so slugs do not leak)."""
+
+    code = "not_found"
+
+
+class BodyTooLarge(QueueError):
+    """The raw body is over INGEST_MAX_BODY_BYTES."""
+
+    code = "too_large"
+
+
+class InvalidDelivery(QueueError):
+    """The delivery is authentic but unusable: not a JSON object, or no delivery id or event type."""
+
+    code = "invalid"
+
+
+class RoutingFailed(QueueError):
+    """A route could not make its todo (e.g. a misconfigured queue). Nothing is stored and the provider
+    is told to retry (503): the delivery is fine, our configuration is not."""
+
+    code = "unavailable"
+
+
+class DeliveryBusy(QueueError):
+    """A redelivery's original was deleted (purged) while we looked at it, repeatedly: ask for a retry."""
+
+    code = "unavailable"

@@ -1,0 +1,130 @@
+"""Store-then-ack: parse a verified delivery, then in ONE transaction insert its event (a redelivery
+inserts nothing) and create its todos. The receiver answers 2xx only after this returns, i.e. after
+the commit; any failure inside rolls back the event and every todo together."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.db import connection, transaction
+from psycopg.types.json import Jsonb
+
+from events.models import Event, new_event_id
+from ingest.errors import DeliveryBusy, InvalidDelivery
+from ingest.models import Route
+from ingest.routing import route_event
+
+logger = logging.getLogger("ingest")
+
+# One statement decides "new or redelivery", race-free: of N concurrent identical deliveries exactly one
+# INSERT wins; the others wait on the unique index event_unique_delivery until the winner commits (or
+# aborts, and then one of them wins instead), insert nothing and return no row.
+INSERT_EVENT = """
+INSERT INTO events_event (id, source, type, delivery_id, payload, headers, received_at)
+VALUES (%(id)s, %(source)s, %(type)s, %(delivery_id)s, %(payload)s, %(headers)s, now())
+ON CONFLICT (source, delivery_id) DO NOTHING
+RETURNING received_at
+"""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    event_id: str
+    todo_ids: list[str]
+    duplicate: bool
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_storable(payload: Any) -> None:
+    """PostgreSQL's jsonb refuses \\u0000 and unpaired surrogates, which Python's json accepts; refuse
+    them here as bad input (400) rather than fail the insert. Iterative: nesting depth is the sender's."""
+    stack = [payload]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidDelivery("The payload contains a \\u0000 character, which cannot be stored.")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidDelivery("The payload contains an unpaired UTF-16 surrogate.") from exc
+
+
+def parse_payload(raw_body: bytes, *, content_type: str = "", provider: str = "") -> dict[str, Any]:
+    """The delivery's JSON object. GitHub may also send ``application/x-www-form-urlencoded`` with the
+    JSON in a ``payload`` field (its signature still covers the raw form body)."""
+    text: str | bytes = raw_body
+    if provider == "github" and content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
+        try:
+            fields = parse_qs(raw_body.decode("utf-8"), strict_parsing=True)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InvalidDelivery("The form body is malformed.") from exc
+        if len(fields.get("payload", [])) != 1:
+            raise InvalidDelivery("The form body has no payload field.")
+        text = fields["payload"][0]
+    try:
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidDelivery("The body is not valid JSON.") from exc
+    if not isinstance(payload, dict):
+        raise InvalidDelivery("The body must be a JSON object.")
+    _check_storable(payload)
+    return payload
+
+
+def store_and_route(
+    *,
+    source: str,
+    event_type: str,
+    delivery_id: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    routes: list[Route],
+) -> Outcome:
+    """Insert the event and make its todos in one transaction, or recognise a redelivery and make nothing."""
+    event_id = new_event_id()
+    params = {
+        "id": event_id,
+        "source": source,
+        "type": event_type,
+        "delivery_id": delivery_id,
+        "payload": Jsonb(payload),
+        "headers": Jsonb(headers),
+    }
+    with transaction.atomic():
+        # A second pass only if the stored original vanished (purged) between our INSERT and the read.
+        for _ in range(3):
+            with connection.cursor() as cursor:
+                cursor.execute(INSERT_EVENT, params)
+                row = cursor.fetchone()
+            if row is not None:
+                break
+            existing = Event.objects.filter(source=source, delivery_id=delivery_id).first()
+            if existing is not None:
+                todo_ids = list(existing.todos.order_by("created_at", "id").values_list("id", flat=True))
+                return Outcome(event_id=existing.id, todo_ids=todo_ids, duplicate=True)
+        else:
+            raise DeliveryBusy("The delivery id is changing hands too fast; retry.")
+        event = Event(
+            id=event_id,
+            source=source,
+            type=event_type,
+            delivery_id=delivery_id,
+            payload=payload,
+            headers=headers,
+            received_at=row[0],
+        )
+        routed = route_event(event, routes)
+    return Outcome(event_id=event_id, todo_ids=[r.todo.id for r in routed], duplicate=False)

@@ -1,0 +1,150 @@
+"""The operator's actions on todos: what each one calls in todos/queue.py, how its skips are
+explained, and how it is recorded in the admin log. Both the changelist actions (the selected rows)
+and the "apply to every matching todo" view (todos/admin_bulk.py) run through ``apply``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from django.contrib.admin.models import CHANGE, LogEntry
+
+from todos import queue
+from todos.errors import TodoConflict, TodoNotFound
+from todos.models import Todo
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    label: str  # as shown in the action menu
+    verb: str  # "3 retried"
+    skip_hint: str  # why the skipped ones were skipped, after their states
+    run: Callable[[str, str, str], Todo]  # (todo_id, operator, note) -> the todo after the transition
+    run_many: Callable[[list[str], str, str], list[Todo]]  # (ids, operator, note) -> the todos it moved
+    note_label: str = ""  # non-empty: the action asks for a note on a confirmation page first
+
+    def log_message(self, note: str) -> str:
+        return f"{self.label}" + (f": {note}" if note else "")
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op(
+            "retry_reset",
+            "Retry with a fresh budget",
+            "retried",
+            "only dead-letters can be retried",
+            lambda pk, who, note: queue.retry_dead_letter(pk, mode="reset", operator=who, note=note),
+            lambda ids, who, note: queue.retry_dead_letter_many(ids, mode="reset", operator=who, note=note),
+            note_label="Note (optional, kept in the todo's history)",
+        ),
+        Op(
+            "retry_once",
+            "Retry once",
+            "retried",
+            "only dead-letters can be retried",
+            lambda pk, who, note: queue.retry_dead_letter(pk, mode="once", operator=who, note=note),
+            lambda ids, who, note: queue.retry_dead_letter_many(ids, mode="once", operator=who, note=note),
+            note_label="Note (optional, kept in the todo's history)",
+        ),
+        Op(
+            "retry_now",
+            "Retry now (skip the backoff)",
+            "made claimable now",
+            "only retry-waiting todos can be retried now",
+            lambda pk, who, note: queue.retry_now(pk, operator=who),
+            lambda ids, who, note: queue.retry_now_many(ids, operator=who),
+        ),
+        Op(
+            "discard",
+            "Discard (finish without running)",
+            "discarded",
+            "only pending and failed todos can be discarded; force-release a claimed one first",
+            lambda pk, who, note: queue.discard(pk, operator=who, reason=note),
+            lambda ids, who, note: queue.discard_many(ids, operator=who, reason=note),
+            note_label="Reason (optional, stored in the todo's result)",
+        ),
+        Op(
+            "force_release",
+            "Force-release a stuck claim",
+            "released",
+            "only claimed todos can be force-released",
+            lambda pk, who, note: queue.force_release(pk, operator=who),
+            lambda ids, who, note: queue.force_release_many(ids, operator=who),
+        ),
+    )
+}
+
+
+@dataclass
+class Outcome:
+    succeeded: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Outcome) -> None:
+        self.succeeded += other.succeeded
+        self.skipped.update(other.skipped)
+
+    def message(self, op: Op) -> str:
+        text = f"{self.succeeded} {op.verb}"
+        if self.skipped:
+            parts = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+            text += f"; {self.skipped.total()} skipped: {parts} ({op.skip_hint})"
+        return text + "."
+
+
+def skip_reason(exc: TodoConflict | TodoNotFound) -> str:
+    """What the todo was when the guard refused it, in the admin's words."""
+    if isinstance(exc, TodoNotFound):
+        return "gone"
+    if exc.extra.get("reason") == "idempotency_key_taken":
+        return "with their idempotency key held by a newer todo"
+    return _label(exc.state, bool(exc.extra.get("dead_letter")))
+
+
+def _label(state: str, no_retry: bool) -> str:
+    if state == "failed":
+        return "dead-letter" if no_retry else "retry-waiting"
+    return state
+
+
+def _classify(ids: set[str]) -> Counter[str]:
+    """Why each of these was not moved: its state now (one query for the lot); absent ones are gone."""
+    reasons: Counter[str] = Counter()
+    found = Todo.objects.filter(pk__in=ids).values_list("pk", "state", "next_retry_at")
+    for _, state, next_retry_at in found:
+        reasons[_label(state, next_retry_at is None)] += 1
+    missing = len(ids) - reasons.total()
+    if missing:
+        reasons["gone"] += missing
+    return reasons
+
+
+def apply(op: Op, ids: Iterable[str], *, user_id: int, operator: str, note: str = "") -> Outcome:
+    """Run ``op`` on a batch of todos: one guarded UPDATE for the batch (rows lock for that one
+    statement only), one query to explain the skips, and one INSERT into the admin log."""
+    ids = list(dict.fromkeys(ids))
+    outcome = Outcome()
+    done: list[Todo] = []
+    if ids:
+        try:
+            done = op.run_many(ids, operator, note)
+            outcome.skipped = _classify(set(ids) - {t.pk for t in done})
+        except TodoConflict:
+            # A retry whose idempotency key a newer todo holds fails the whole statement; one by one,
+            # the others go through and that one is skipped with its reason.
+            done = []
+            for pk in ids:
+                try:
+                    done.append(op.run(pk, operator, note))
+                except (TodoConflict, TodoNotFound) as exc:
+                    outcome.skipped[skip_reason(exc)] += 1
+    outcome.succeeded = len(done)
+    if done:
+        LogEntry.objects.log_actions(
+            user_id=user_id, queryset=done, action_flag=CHANGE, change_message=op.log_message(note)
+        )
+    return outcome
