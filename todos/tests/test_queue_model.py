@@ -237,7 +237,7 @@ def test_queue_agrees_with_the_model_step_by_step():
     run_state_machine_as_test(
         QueueMachine,
         settings=settings(
-            max_examples=int(os.environ.get("HYPOTHESIS_QUEUE_EXAMPLES", "60")),
+            max_examples=int(os.environ.get("HYPOTHESIS_QUEUE_EXAMPLES", "100")),
             stateful_step_count=50,
             deadline=None,
             derandomize="HYPOTHESIS_QUEUE_EXAMPLES" not in os.environ,
