@@ -3,18 +3,20 @@ shape, and cursor pagination. Apps' api/ packages build on these; none re-implem
 
 from __future__ import annotations
 
+import io
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import set_rollback
 
 from todos.errors import QueueError
 from todos.models import Agent, hash_token
@@ -116,6 +118,9 @@ def _drf_code(exc: exceptions.APIException) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render every error as ``{"error": {"code", "detail", ...}}`` (SPEC "Interfaces")."""
+    # Imported here: rest_framework.views imports the authentication classes of this module at import.
+    from rest_framework.views import set_rollback
+
     set_rollback()
     if isinstance(exc, QueueError):
         return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])
@@ -142,6 +147,28 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:
         body = error_body(_drf_code(exc), str(exc.detail))
     return Response(body, status=exc.status_code, headers=headers)
+
+
+class BoundedJSONParser(JSONParser):
+    """JSONParser that honours DATA_UPLOAD_MAX_MEMORY_SIZE. DRF reads the body as a stream, which
+    bypasses Django's limit (only ``HttpRequest.body`` checks it), so a large body would be read and
+    parsed whole; here it is refused (413 ``too_large``) before parsing."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit is not None and stream is not None:
+            request = (parser_context or {}).get("request")
+            declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+            if declared and declared.isdigit() and int(declared) > limit:
+                raise RequestDataTooBig("The request body is too large.")
+            body = stream.read(limit + 1)
+            if len(body) > limit:
+                raise RequestDataTooBig("The request body is too large.")
+            stream = io.BytesIO(body)
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:  # JSON nested deeper than Python's recursion limit
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
 
 
 class CreatedCursorPagination(CursorPagination):

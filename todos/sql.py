@@ -32,19 +32,42 @@ _HOLDS_RECEIPT = """id = %(id)s AND lease_id = %(lease_id)s AND split_part(owner
 _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
 
+# Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
+# their own statement (no extra round trip); todos/listen.py wakes the long-polling claims of that
+# queue. A NOTIFY is delivered when the transaction commits, so a woken claimer sees the row, and
+# PostgreSQL folds identical (channel, payload) pairs of one transaction into one.
+NOTIFY_CHANNEL = "switchboard_todos"
+
+
+def _notifying(changed: str, when: str = "true") -> str:
+    """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
+    notifies each distinct queue of the rows that satisfy ``when``; it returns the same rows."""
+    return f"""
+WITH changed AS ({changed}),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM changed WHERE {when}) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
 # create: -> pending. A row comes back only if it was inserted; none means a runnable todo with the
 # same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered in
 # the same statement, so a claimer can never see the todo before it can see its queue.
 CREATE = f"""
 WITH registered AS (
     INSERT INTO todos_queue (name, created_at) VALUES (%(queue)s, now()) ON CONFLICT (name) DO NOTHING
-)
+),
+inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
     %(assignee)s, 'pending', 0, %(max_attempts)s, '[]'::jsonb, now(), now())
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
+),
+notified AS MATERIALIZED (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted)
+SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
 RUNNABLE_BY_KEY = f"""
@@ -177,10 +200,12 @@ WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
 
-# fail: -> failed. Below the cap a retry is scheduled: after %(retry_in)s seconds if the caller gave
-# it, else exponential backoff with full jitter, random() * min(cap, base * 2^(attempt-1)). At the
-# cap next_retry_at stays NULL: a dead-letter (SPEC decision 4).
-FAIL = f"""
+# fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
+# scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
+# jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
+# dead-letter (SPEC decision 4).
+FAIL = _notifying(
+    f"""
 UPDATE todos_todo t SET
     state = 'failed',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -195,10 +220,12 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    when="next_retry_at <= now()",
+)
 
-# release: -> pending, handing the attempt back (a voluntary release costs no retry budget).
-RELEASE = f"""
+# release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Notifies.
+RELEASE = _notifying(f"""
 UPDATE todos_todo SET
     state = 'pending',
     attempt = GREATEST(attempt - 1, 0),
@@ -209,10 +236,11 @@ UPDATE todos_todo SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # retry_dead_letter (operator): dead-letter -> pending, with a new budget (reset) or one more try (once).
-RETRY_DEAD_LETTER = f"""
+# Notifies.
+RETRY_DEAD_LETTER = _notifying(f"""
 UPDATE todos_todo t SET
     state = 'pending',
     attempt = CASE WHEN %(mode)s = 'reset' THEN 0 ELSE t.attempt END,
@@ -227,11 +255,13 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
+# Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
-REQUEUE_LAPSED = f"""
+REQUEUE_LAPSED = _notifying(
+    f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
     WHERE state = 'claimed' AND lease_expires_at < now()
@@ -247,10 +277,13 @@ UPDATE todos_todo t SET
 FROM lapsed
 WHERE t.id = lapsed.id
 RETURNING t.id, t.queue, t.state
-"""
+""",
+    when="state = 'pending'",
+)
 
-# promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending.
-PROMOTE_DUE_RETRIES = """
+# promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
+# (a waiting claimer may already have woken at the due time; the notify covers waiters that started later).
+PROMOTE_DUE_RETRIES = _notifying("""
 WITH due AS MATERIALIZED (
     SELECT id FROM todos_todo
     WHERE state = 'failed' AND next_retry_at IS NOT NULL AND next_retry_at <= now()
@@ -262,7 +295,7 @@ UPDATE todos_todo t SET state = 'pending', next_retry_at = NULL, updated_at = no
 FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.queue
-"""
+""")
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
 CURRENT_STATE = """
