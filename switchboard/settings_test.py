@@ -13,3 +13,7 @@ from switchboard.settings import *  # noqa: F403
 
 # Tests render admin pages without running collectstatic first.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+# No collectstatic before tests: WhiteNoise serves from the apps' static folders (finders) and does
+# not look for STATIC_ROOT at start-up (it would warn, and warnings are errors here).
+WHITENOISE_AUTOREFRESH = True
+WHITENOISE_USE_FINDERS = True

@@ -77,6 +77,8 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stopping = threading.Event()
+        # Waiters woken so far (tests and diagnostics read it).
+        self.wakes = 0
 
     # --- waiters (request threads) -------------------------------------------------------------
     @contextmanager
@@ -93,6 +95,7 @@ class Listener:
     def _wake(self, queue_name: str | None) -> int:
         with self._lock:
             woken = [w for w in self._waiters if queue_name is None or w.matches(queue_name)]
+            self.wakes += len(woken)
         for waiter in woken:
             waiter.event.set()
         return len(woken)

@@ -45,16 +45,14 @@ def _error_example(status: int) -> OpenApiExample:
     return OpenApiExample(code, value={"error": body}, response_only=True, status_codes=[str(status)])
 
 
-def responses(ok: Any, *errors: int) -> dict[int, Any]:
-    """The success response(s) plus the listed error statuses and 503, all in the one error shape."""
-    result: dict[int, Any] = dict(ok) if isinstance(ok, dict) else {200: ok}
+def documented(ok: Any, errors: tuple[int, ...], examples: list[OpenApiExample]) -> dict[str, Any]:
+    """extend_schema's ``responses`` and ``examples`` for an operation: the success response(s) (a
+    serializer, or {status: serializer}), the listed error statuses plus 503 in the one error shape,
+    and an example for each of them."""
+    responses: dict[int, Any] = dict(ok) if isinstance(ok, dict) else {200: ok}
     for status in (*errors, 503):
-        result[status] = OpenApiResponse(ErrorSerializer, description=_ERRORS[status][1])
-    return result
-
-
-def _with_errors(examples: list[OpenApiExample], *statuses: int) -> list[OpenApiExample]:
-    return [*examples, *(_error_example(s) for s in (*statuses, 503))]
+        responses[status] = OpenApiResponse(ErrorSerializer, description=_ERRORS[status][1])
+    return {"responses": responses, "examples": [*examples, *(_error_example(s) for s in (*errors, 503))]}
 
 
 _TODO = {
@@ -103,90 +101,62 @@ def _res(value: Any, name: str = "response", status: int = 200) -> OpenApiExampl
     return OpenApiExample(name, value=value, response_only=True, status_codes=[str(status)])
 
 
-CREATE_EXAMPLES = _with_errors(
-    [
-        _req(
-            {
-                "queue": "github.pulls",
-                "kind": "review",
-                "title": "Review PR #42",
-                "payload": {"pr": 42},
-                "idempotency_key": "pr-42",
-            }
-        ),
-        _res({**_PENDING, "created": True}, "created", 201),
-        _res({**_PENDING, "created": False}, "existing", 200),
-    ],
-    400,
-    401,
-    413,
-)
-TODO_LIST_EXAMPLES = _with_errors(
-    [
-        _res(
-            {
-                "next": "https://switchboard.example/api/v1/todos/?cursor=cD0yMDI2",
-                "previous": None,
-                "results": [_PENDING],
-            }
-        )
-    ],
-    400,
-    401,
-)
-TODO_EXAMPLES = _with_errors([_res(_TODO)], 401, 404)
-CLAIM_NEXT_EXAMPLES = _with_errors(
-    [
-        _req({"queues": ["github.*"], "lease_seconds": 300, "limit": 1, "wait_seconds": 20, "worker": "host-1"}),
-        _res({"todos": [_TODO]}),
-    ],
-    400,
-    401,
-)
-RECEIPT_EXAMPLES = _with_errors([_req({**_LEASE, "lease_seconds": 300}), _res(_TODO)], 400, 401, 404, 409)
-COMPLETE_EXAMPLES = _with_errors([_req({**_LEASE, "result": {"approved": True}}), _res(_DONE)], 400, 404, 409, 413)
-FAIL_EXAMPLES = _with_errors(
-    [_req({**_LEASE, "error": "timeout talking to GitHub", "retry_in_seconds": 10}), _res(_FAILED)], 400, 404, 409
-)
-RETRY_EXAMPLES = _with_errors(
-    [_req({"mode": "once", "note": "GitHub was down"}), _res(_PENDING)], 400, 401, 403, 404, 409
-)
-BATCH_EXAMPLES = _with_errors(
-    [
-        _req({"items": [{"id": _TODO["id"], **_LEASE, "result": {"approved": True}}]}),
-        _res(
-            {
-                "outcomes": [
-                    {"id": _TODO["id"], "status": 200, "todo": _DONE},
-                    {
-                        "id": "td_00000000000000000000000000000000",
-                        "status": 404,
-                        "error": {"code": "not_found", "detail": "No todo td_00000000000000000000000000000000."},
-                    },
-                ]
-            }
-        ),
-    ],
-    400,
-    401,
-)
-QUEUE_EXAMPLES = _with_errors(
-    [
-        _res(
-            {
-                "queues": [
-                    {
-                        "queue": "github.pulls",
-                        "pending": 12,
-                        "claimed": 3,
-                        "failed": 2,
-                        "retry_waiting": 1,
-                        "dead_letters": 1,
-                        "oldest_pending_age_seconds": 4.2,
-                    }
-                ]
-            }
-        )
-    ],
-    401,
-)
+CREATE_EXAMPLES = [
+    _req(
+        {
+            "queue": "github.pulls",
+            "kind": "review",
+            "title": "Review PR #42",
+            "payload": {"pr": 42},
+            "idempotency_key": "pr-42",
+        }
+    ),
+    _res({**_PENDING, "created": True}, "created", 201),
+    _res({**_PENDING, "created": False}, "existing", 200),
+]
+TODO_LIST_EXAMPLES = [
+    _res({"next": "https://switchboard.example/api/v1/todos/?cursor=cD0yMDI2", "previous": None, "results": [_PENDING]})
+]
+TODO_EXAMPLES = [_res(_TODO)]
+CLAIM_NEXT_EXAMPLES = [
+    _req({"queues": ["github.*"], "lease_seconds": 300, "limit": 1, "wait_seconds": 20, "worker": "host-1"}),
+    _res({"todos": [_TODO]}),
+]
+CLAIM_ONE_EXAMPLES = [_req({"lease_seconds": 300, "worker": "host-1"}), _res(_TODO)]
+RECEIPT_EXAMPLES = [_req({**_LEASE, "lease_seconds": 300}), _res(_TODO)]
+RELEASE_EXAMPLES = [_req(_LEASE), _res(_PENDING)]
+COMPLETE_EXAMPLES = [_req({**_LEASE, "result": {"approved": True}}), _res(_DONE)]
+FAIL_EXAMPLES = [_req({**_LEASE, "error": "timeout talking to GitHub", "retry_in_seconds": 10}), _res(_FAILED)]
+RETRY_EXAMPLES = [_req({"mode": "once", "note": "GitHub was down"}), _res(_PENDING)]
+BATCH_EXAMPLES = [
+    _req({"items": [{"id": _TODO["id"], **_LEASE, "result": {"approved": True}}]}),
+    _res(
+        {
+            "outcomes": [
+                {"id": _TODO["id"], "status": 200, "todo": _DONE},
+                {
+                    "id": "td_00000000000000000000000000000000",
+                    "status": 404,
+                    "error": {"code": "not_found", "detail": "No todo td_00000000000000000000000000000000."},
+                },
+            ]
+        }
+    ),
+]
+QUEUE_EXAMPLES = [
+    _res(
+        {
+            "queues": [
+                {
+                    "queue": "github.pulls",
+                    "pending": 12,
+                    "claimed": 3,
+                    "failed": 2,
+                    "retry_waiting": 1,
+                    "dead_letters": 1,
+                    "oldest_pending_age_seconds": 4.2,
+                }
+            ]
+        }
+    )
+]

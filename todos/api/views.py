@@ -85,8 +85,7 @@ class TodoListCreateApi(generics.GenericAPIView):
             OpenApiParameter("assignee", str),
             OpenApiParameter("dead", bool, description="true: dead-letters only; false: no dead-letters"),
         ],
-        responses=docs.responses(TodoSerializer(many=True), 400, 401),
-        examples=docs.TODO_LIST_EXAMPLES,
+        **docs.documented(TodoSerializer(many=True), (400, 401), docs.TODO_LIST_EXAMPLES),
     )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
@@ -98,8 +97,9 @@ class TodoListCreateApi(generics.GenericAPIView):
         description="201 with `created: true`; or 200 with the existing runnable todo and `created: false` "
         "when one holds the same (queue, idempotency_key). The queue must be in the caller's create scopes.",
         request=TodoCreateInput,
-        responses=docs.responses({201: CreatedTodoSerializer, 200: CreatedTodoSerializer}, 400, 401, 413),
-        examples=docs.CREATE_EXAMPLES,
+        **docs.documented(
+            {201: CreatedTodoSerializer, 200: CreatedTodoSerializer}, (400, 401, 413), docs.CREATE_EXAMPLES
+        ),
     )
     def post(self, request: Request) -> Response:
         data = _valid(TodoCreateInput, request.data)
@@ -112,8 +112,7 @@ class TodoDetailApi(APIView):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
-        responses=docs.responses(TodoSerializer, 401, 404),
-        examples=docs.TODO_EXAMPLES,
+        **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
     )
     def get(self, request: Request, todo_id: str) -> Response:
         todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
@@ -130,8 +129,7 @@ class TodoClaimNextApi(APIView):
         "`queues`). `wait_seconds` long-polls: the request waits until work becomes claimable in those queues "
         "or the time runs out, then answers 200 with an empty list.",
         request=ClaimNextInput,
-        responses=docs.responses(ClaimedSerializer, 400, 401, 413),
-        examples=docs.CLAIM_NEXT_EXAMPLES,
+        **docs.documented(ClaimedSerializer, (400, 401, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
     def post(self, request: Request) -> Response:
         data = _valid(ClaimNextInput, request.data)
@@ -146,8 +144,7 @@ class TodoClaimApi(APIView):
         description="409 with the current state if it is not claimable (claimed, done, a dead-letter, "
         "waiting for a retry, or assigned to another agent).",
         request=ClaimOneInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 404, 409),
-        examples=docs.TODO_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.CLAIM_ONE_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ClaimOneInput, request.data)
@@ -159,8 +156,7 @@ class TodoHeartbeatApi(APIView):
         operation_id="todos_heartbeat",
         summary="Extend the lease",
         request=HeartbeatInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 404, 409),
-        examples=docs.RECEIPT_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RECEIPT_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(HeartbeatInput, request.data)
@@ -172,8 +168,7 @@ class TodoCompleteApi(APIView):
         operation_id="todos_complete",
         summary="Complete a claimed todo",
         request=CompleteInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 404, 409, 413),
-        examples=docs.COMPLETE_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.COMPLETE_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(CompleteInput, request.data)
@@ -187,8 +182,7 @@ class TodoBatchCompleteApi(APIView):
         description="One statement for up to 100 items; one outcome per item, in order, each with the status "
         "the single complete would have answered (200, 404 or 409).",
         request=BatchCompleteInput,
-        responses=docs.responses(BatchCompleteResultSerializer, 400, 401, 413),
-        examples=docs.BATCH_EXAMPLES,
+        **docs.documented(BatchCompleteResultSerializer, (400, 401, 413), docs.BATCH_EXAMPLES),
     )
     def post(self, request: Request) -> Response:
         data = _valid(BatchCompleteInput, request.data)
@@ -212,8 +206,7 @@ class TodoFailApi(APIView):
         description="Below the attempt cap a retry is scheduled (after `retry_in_seconds`, else exponential "
         "backoff with jitter); at the cap the todo becomes a dead-letter.",
         request=FailInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 404, 409),
-        examples=docs.FAIL_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.FAIL_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(FailInput, request.data)
@@ -226,8 +219,7 @@ class TodoReleaseApi(APIView):
         summary="Hand a claimed todo back",
         description="Back to pending at once; the attempt is given back (a release costs no retry budget).",
         request=ReleaseInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 404, 409),
-        examples=docs.RECEIPT_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RELEASE_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
@@ -241,8 +233,7 @@ class TodoRetryApi(APIView):
         description="Staff, or an agent allowed to retry dead-letters. `reset` grants a full new budget, "
         "`once` exactly one more try; who, when, the mode and the note are recorded in `errors`.",
         request=RetryInput,
-        responses=docs.responses(TodoSerializer, 400, 401, 403, 404, 409),
-        examples=docs.RETRY_EXAMPLES,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), docs.RETRY_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         agent = caller_agent(request)
@@ -262,8 +253,7 @@ class QueueListApi(APIView):
         summary="Queue health",
         description="For every queue in the caller's scopes: todos by live state (done todos are history and "
         "not counted), retry-waiting, dead-letters, and the age of the oldest pending todo.",
-        responses=docs.responses(QueueListSerializer, 401),
-        examples=docs.QUEUE_EXAMPLES,
+        **docs.documented(QueueListSerializer, (401,), docs.QUEUE_EXAMPLES),
     )
     def get(self, request: Request) -> Response:
         stats = selectors.queue_stats(caller_agent(request))
