@@ -436,3 +436,16 @@ def test_no_plaintext_token_is_stored_anywhere(make_agent, api_for):
                 hits.append((table, column))
     assert hits == []
     assert Todo.objects.count() == 1  # the request did go through
+
+
+def test_the_fast_todo_rendering_matches_the_declared_serializer(make_todo):
+    from rest_framework import serializers as drf
+
+    from todos.api.serializers import TodoSerializer
+
+    todo = make_todo("q", state=TodoState.FAILED, next_retry_at=Now() + timedelta(seconds=5), result={"r": 1})
+    todo.refresh_from_db()
+    fast = TodoSerializer(todo).data
+    slow = drf.ModelSerializer.to_representation(TodoSerializer(), todo)
+    assert dict(fast) == dict(slow)
+    assert list(fast) == list(TodoSerializer().fields)
