@@ -117,22 +117,27 @@ class Http:
         return response.status, json.loads(response.read())
 
 
-def _http_client(port: int, token: str, start: float, stop: float, out: mp.Queue) -> None:
+def _http_client(port: int, token: str, batch: int, start: float, stop: float, out: mp.Queue) -> None:
+    """batch 1: claim one, complete it (two requests a todo). batch N: claim N, one batch complete."""
     client = Http(port, token)
     while time.time() < start:
         time.sleep(0.001)
     cycles = errors = 0
     while time.time() < stop:
-        status, body = client.post("/todos/claim/", {"limit": 1, "lease_seconds": 60})
+        status, body = client.post("/todos/claim/", {"limit": batch, "lease_seconds": 60})
         if status != 200 or not body["todos"]:
             errors += status != 200
             break
-        todo = body["todos"][0]
-        status, _ = client.post(f"/todos/{todo['id']}/complete/", {"lease_id": todo["lease_id"]})
-        if status == 200:
-            cycles += 1
+        todos = body["todos"]
+        if batch == 1:
+            status, _ = client.post(f"/todos/{todos[0]['id']}/complete/", {"lease_id": todos[0]["lease_id"]})
+            ok = 1 if status == 200 else 0
         else:
-            errors += 1
+            items = [{"id": t["id"], "lease_id": t["lease_id"]} for t in todos]
+            status, body = client.post("/todos/complete/", {"items": items})
+            ok = sum(o["status"] == 200 for o in body["outcomes"]) if status == 200 else 0
+        cycles += ok
+        errors += len(todos) - ok
     out.put((cycles, errors))
 
 
@@ -185,7 +190,7 @@ def wake_latencies(port: int, token: str, wakes: int) -> list[float]:
         got: dict = {}
 
         def poll(got: dict = got) -> None:
-            status, body = client.post("/todos/claim/", {"queues": ["bench.wake"], "wait_seconds": 10})
+            _, body = client.post("/todos/claim/", {"queues": ["bench.wake"], "wait_seconds": 10})
             got["t"] = time.perf_counter()
             got["todos"] = body["todos"]
 
@@ -236,30 +241,33 @@ def main() -> None:
             preload(int(budget * args.seconds * max(1, min(n, 4))))
             connection.close()
             inproc = sum(run_clients(_inprocess_client, lambda: ("bench",), n, args.seconds)) / args.seconds
-            preload(int(budget * args.seconds * max(1, min(n, 4)) / 2))
-            connection.close()
-            results = run_clients(_http_client, lambda: (port, token), n, args.seconds)
-            over_http = sum(c for c, _ in results) / args.seconds
-            errors = sum(e for _, e in results)
-            rows.append((n, inproc, over_http, errors))
-            print(
-                f"{n:>2} clients: in-process {inproc:7.0f}/s  HTTP {over_http:7.0f}/s  ratio {over_http / inproc:.2f}  errors {errors}"
-            )
+            row = [n, inproc]
+            for batch in (1, 10):
+                preload(int(budget * args.seconds * max(1, min(n, 4)) / 2))
+                connection.close()
+                results = run_clients(_http_client, lambda batch=batch: (port, token, batch), n, args.seconds)
+                row.append(sum(c for c, _ in results) / args.seconds)
+                row.append(sum(e for _, e in results))
+            rows.append(row)
+            print(f"{n:>2} clients: in-process {row[1]:6.0f}/s  HTTP {row[2]:6.0f}/s  HTTP batched {row[4]:6.0f}/s")
         preload(0)
         latencies = wake_latencies(port, token, args.wakes)
     finally:
         server.terminate()
         server.wait(30)
     p50, p99 = pct(latencies, 50) * 1000, pct(latencies, 99) * 1000
-    print(
-        f"wake latency over {len(latencies)} wakes: p50 {p50:.1f} ms  p99 {p99:.1f} ms  max {max(latencies) * 1000:.1f} ms  "
-        f"mean {statistics.mean(latencies) * 1000:.1f} ms"
-    )
+    worst, mean = max(latencies) * 1000, statistics.mean(latencies) * 1000
+    print(f"wake latency, {len(latencies)} wakes: p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f}, mean {mean:.1f}")
     print()
-    print("| clients | in-process queue.py cycles/s | HTTP cycles/s | HTTP / in-process |")
-    print("| --- | --- | --- | --- |")
-    for n, inproc, over_http, _ in rows:
-        print(f"| {n} | {inproc:,.0f} | {over_http:,.0f} | {over_http / inproc:.2f} |")
+    print(
+        "| clients | in-process queue.py | HTTP, claim + complete | ratio | HTTP, claim 10 + batch complete | ratio |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for n, inproc, single, _, batched, _ in rows:
+        print(
+            f"| {n} | {inproc:,.0f} | {single:,.0f} | {single / inproc:.2f} | {batched:,.0f} | {batched / inproc:.2f} |"
+        )
+    print(f"errors (todos not completed): {sum(r[3] + r[5] for r in rows)}")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     (out / "http_throughput.json").write_text(

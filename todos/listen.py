@@ -12,6 +12,7 @@ While nothing arrives a waiting request makes no queries: it sleeps on its event
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import logging
 import os
@@ -162,6 +163,8 @@ class Listener:
 
 
 listener = Listener()
+# At interpreter exit the database connection may go first: don't log that as a loss.
+atexit.register(listener._stopping.set)
 
 
 def claim_next_waiting(
