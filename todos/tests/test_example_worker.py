@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from todos import queue
+from todos.listen import listener
 from todos.models import Todo, TodoState
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -40,7 +41,14 @@ def _wait_until(predicate, timeout: float = 20) -> None:
 
 def _stop(proc: subprocess.Popen) -> str:
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # A long-poll the worker had in flight still waits on the server after the worker is gone (and
+    # would claim the next test's todo): let it run out first.
+    _wait_until(lambda: not listener._waiters, timeout=10)
     return out
 
 
