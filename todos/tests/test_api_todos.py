@@ -449,3 +449,19 @@ def test_the_fast_todo_rendering_matches_the_declared_serializer(make_todo):
     slow = drf.ModelSerializer.to_representation(TodoSerializer(), todo)
     assert dict(fast) == dict(slow)
     assert list(fast) == list(TodoSerializer().fields)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/todos/", "/api/v1/queues/", "/api/v1/todos/claim/"])
+def test_staff_browse_the_api_in_a_browser(path, django_user_model, client, make_todo):
+    todo = make_todo("q")
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    response = client.get(path, headers={"accept": "text/html"})
+    assert response.status_code in (200, 405)
+    assert response["Content-Type"].startswith("text/html")
+    assert client.get(f"/api/v1/todos/{todo.id}/", headers={"accept": "text/html"}).status_code == 200
+
+
+def test_a_non_staff_session_user_is_unauthorized(django_user_model, client):
+    client.force_login(django_user_model.objects.create_user("visitor"))
+    response = client.get("/api/v1/todos/")
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
