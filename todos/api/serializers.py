@@ -72,6 +72,8 @@ class LeaseSecondsField(serializers.FloatField):
         super().__init__(
             required=False,
             min_value=MIN_LEASE_SECONDS,
+            # Shown in the schema; run_validation re-reads the setting, so an override applies at once.
+            max_value=_max_lease(),
             help_text="Lease (visibility timeout) in seconds, 1 to QUEUE_MAX_LEASE_SECONDS (12 h by default); "
             "default QUEUE_DEFAULT_LEASE_SECONDS.",
             **kwargs,
