@@ -3,11 +3,9 @@ shape, and cursor pagination. Apps' api/ packages build on these; none re-implem
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
@@ -149,25 +147,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return Response(body, status=exc.status_code, headers=headers)
 
 
-class BoundedJSONParser(JSONParser):
-    """JSONParser that honours DATA_UPLOAD_MAX_MEMORY_SIZE. DRF reads the body as a stream, which
-    bypasses Django's limit (only ``HttpRequest.body`` checks it), so a large body would be read and
-    parsed whole; here it is refused (413 ``too_large``) before parsing."""
+class SafeJSONParser(JSONParser):
+    """DRF's JSONParser, answering 400 ``invalid`` (not a 500) for JSON nested deeper than Python's
+    recursion limit. The size limit needs nothing here: DRF reads JSON bodies through
+    ``request.body``, which enforces DATA_UPLOAD_MAX_MEMORY_SIZE (413 ``too_large``, tested)."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if limit is not None and stream is not None:
-            request = (parser_context or {}).get("request")
-            declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-            if declared and declared.isdigit() and int(declared) > limit:
-                raise RequestDataTooBig("The request body is too large.")
-            body = stream.read(limit + 1)
-            if len(body) > limit:
-                raise RequestDataTooBig("The request body is too large.")
-            stream = io.BytesIO(body)
         try:
             return super().parse(stream, media_type, parser_context)
-        except RecursionError as exc:  # JSON nested deeper than Python's recursion limit
+        except RecursionError as exc:
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
 
 

@@ -128,8 +128,8 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    # JSON only, read through the request-body limit (DRF's own parser would bypass it).
-    "DEFAULT_PARSER_CLASSES": ["switchboard.api.BoundedJSONParser"],
+    # JSON only; a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused with 413 before parsing.
+    "DEFAULT_PARSER_CLASSES": ["switchboard.api.SafeJSONParser"],
     "EXCEPTION_HANDLER": "switchboard.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "switchboard.api.CreatedCursorPagination",
     "UNAUTHENTICATED_USER": None,

@@ -226,3 +226,10 @@ def test_the_server_recovers_by_itself_after_its_connections_are_terminated(http
     created, _ = queue.create(queue="after.restart")
     thread.join(15)
     assert [t["id"] for t in out["todos"]] == [created.id]
+
+
+def test_a_body_over_the_default_limit_is_too_large_over_real_http(http):
+    response = http.post("/todos/", {"queue": "big", "payload": {"blob": "x" * (1024 * 1024 + 1)}})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+    assert not Todo.objects.exists()
