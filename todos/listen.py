@@ -17,9 +17,10 @@ import fnmatch
 import logging
 import os
 import re
+import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -167,6 +168,17 @@ listener = Listener()
 atexit.register(listener._stopping.set)
 
 
+def socket_closed_by_peer(sock: socket.socket) -> bool:
+    """True if the peer has closed the connection (an orderly EOF is readable). Pending bytes (a
+    pipelined request) or nothing to read yet mean it is still there."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
 def claim_next_waiting(
     *,
     agent: Agent,
@@ -175,8 +187,12 @@ def claim_next_waiting(
     lease_seconds: float | None = None,
     worker: str | None = None,
     wait_seconds: float = 0,
+    client_gone: Callable[[], bool] | None = None,
 ) -> list[Todo]:
-    """queue.claim_next, waiting up to ``wait_seconds`` for work to become claimable in the queues."""
+    """queue.claim_next, waiting up to ``wait_seconds`` for work to become claimable in the queues.
+
+    ``client_gone`` (when the server can tell) says the caller hung up: a woken waiter then stops
+    instead of claiming a todo nobody would receive (it would sit out its lease, an attempt spent)."""
     queues = list(queues) if queues else None
 
     def claim() -> list[Todo]:
@@ -188,8 +204,12 @@ def claim_next_waiting(
     retry_after = MIN_RETRY_SECONDS
     # Registered before the first claim, so a NOTIFY that lands between that claim and the wait is kept.
     with listener.waiting(Waiter(agent.claim_scopes, queues)) as waiter:
+        first = True
         while True:
             waiter.event.clear()
+            if not first and client_gone is not None and client_gone():
+                return []
+            first = False
             todos = claim()
             if todos:
                 return todos

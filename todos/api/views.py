@@ -133,7 +133,10 @@ class TodoClaimNextApi(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _valid(ClaimNextInput, request.data)
-        todos = listen.claim_next_waiting(agent=caller_agent(request), **data)
+        # gunicorn hands over the client's socket: a long-poll whose worker hung up stops waiting.
+        sock = request.META.get("gunicorn.socket")
+        client_gone = (lambda: listen.socket_closed_by_peer(sock)) if sock is not None else None
+        todos = listen.claim_next_waiting(agent=caller_agent(request), client_gone=client_gone, **data)
         return Response({"todos": TodoSerializer(todos, many=True).data})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections import Counter
@@ -11,7 +12,7 @@ import pytest
 import requests
 from django.db import connection, connections
 
-from todos import queue
+from todos import listen, queue
 from todos.listen import listener
 from todos.models import Todo, TodoState
 from todos.tests.conftest import Api
@@ -233,3 +234,37 @@ def test_a_body_over_the_default_limit_is_too_large_over_real_http(http):
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "too_large"
     assert not Todo.objects.exists()
+
+
+def test_socket_closed_by_peer_tells_a_hang_up_from_a_quiet_or_busy_client():
+    here, there = socket.socketpair()
+    try:
+        assert not listen.socket_closed_by_peer(here)  # nothing to read yet
+        there.sendall(b"GET")
+        assert not listen.socket_closed_by_peer(here)  # a pipelined request
+        here.recv(3)
+        there.close()
+        assert listen.socket_closed_by_peer(here)
+    finally:
+        here.close()
+
+
+def test_a_woken_waiter_whose_client_hung_up_claims_nothing(agent, listening):
+    out: dict = {}
+
+    def wait() -> None:
+        try:
+            out["todos"] = listen.claim_next_waiting(
+                agent=agent, queues=["gone.*"], wait_seconds=10, client_gone=lambda: True
+            )
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _wait_for_waiters(1)
+    todo, _ = queue.create(queue="gone.a")
+    thread.join(15)
+    assert out["todos"] == []
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING and todo.attempt == 0
