@@ -263,6 +263,7 @@ def test_a_woken_waiter_whose_client_hung_up_claims_nothing(agent, listening):
     thread = threading.Thread(target=wait)
     thread.start()
     _wait_for_waiters(1)
+    time.sleep(0.3)  # past its first claim (made before it can know of any hang-up), into the wait
     todo, _ = queue.create(queue="gone.a")
     thread.join(15)
     assert out["todos"] == []
