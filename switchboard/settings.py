@@ -147,6 +147,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+# Seconds an API token's agent is remembered per process (0: looked up on every request). Saves a
+# query a request; a deactivated agent keeps working in other processes for up to this long.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=0)
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 
