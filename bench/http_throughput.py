@@ -106,9 +106,19 @@ def _inprocess_client(agent_name: str, start: float, stop: float, out: mp.Queue)
 # --- over HTTP -----------------------------------------------------------------------------------------
 
 
+class NoDelayConnection(http.client.HTTPConnection):
+    """http.client sends a request's headers and body in two writes; without TCP_NODELAY the second
+    waits for the server's delayed ACK (tens of ms a request on a keep-alive connection). requests and
+    httpx clients (urllib3, httpcore) set it too."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class Http:
     def __init__(self, port: int, token: str, timeout: float = 30) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        self.conn = NoDelayConnection("127.0.0.1", port, timeout=timeout)
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(self, path: str, body: dict) -> tuple[int, dict]:
