@@ -39,7 +39,7 @@ from todos.models import Todo, TodoState
 
 # Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
 # byte would make PostgreSQL refuse the statement).
-TODO_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+TODO_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
 def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
 
 
 def _todo_id(todo_id: str) -> str:
-    if not TODO_ID_RE.match(todo_id):
+    if not TODO_ID_RE.fullmatch(todo_id):
         raise TodoNotFound(f"No todo {todo_id[:40]!r}.")
     return todo_id
 
