@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench migrate superuser clean
+.PHONY: run test lint bench bench-http migrate superuser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/queue_throughput.py
+
+bench-http: $(VENV)/.installed
+	$(BIN)/python bench/http_throughput.py
 
 clean:
 	rm -rf $(VENV) .pgdata staticfiles

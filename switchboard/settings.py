@@ -39,6 +39,8 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "django.contrib.humanize",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "todos",
     "events",
     "ingest",
@@ -147,11 +149,28 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON only; a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused with 413 before parsing.
+    "DEFAULT_PARSER_CLASSES": ["switchboard.api.SafeJSONParser"],
     "EXCEPTION_HANDLER": "switchboard.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "switchboard.api.CreatedCursorPagination",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Switchboard API",
+    "DESCRIPTION": "A durable work queue for agents. Authenticate with `Authorization: Bearer <token>` "
+    '(`manage.py create_agent`). Every error is `{"error": {"code", "detail", ...}}`.',
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The docs page works offline: its assets come from drf-spectacular-sidecar, never a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+# Seconds an API token's agent is remembered per process (0: looked up on every request). Saves a
+# query a request; a deactivated agent keeps working in other processes for up to this long.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=0)
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 
@@ -160,6 +179,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 QUEUE_DEFAULT_LEASE_SECONDS = env.int("QUEUE_DEFAULT_LEASE_SECONDS", default=300)
 QUEUE_MAX_LEASE_SECONDS = env.int("QUEUE_MAX_LEASE_SECONDS", default=12 * 3600)
 QUEUE_DEFAULT_MAX_ATTEMPTS = env.int("QUEUE_DEFAULT_MAX_ATTEMPTS", default=5)
+# A todo's payload and a completion's result, as JSON, may be at most this large (413 beyond).
+MAX_PAYLOAD_BYTES = env.int("MAX_PAYLOAD_BYTES", default=256 * 1024)
 # Retry backoff after a failure: full jitter over min(cap, base * 2 ** (attempt - 1)) seconds.
 QUEUE_RETRY_BASE_SECONDS = env.float("QUEUE_RETRY_BASE_SECONDS", default=10.0)
 QUEUE_RETRY_CAP_SECONDS = env.float("QUEUE_RETRY_CAP_SECONDS", default=3600.0)

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from switchboard import health
 from todos import dashboard
@@ -10,7 +11,11 @@ urlpatterns = [
     path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
+    # Before the todos API's api/v1/ include, which would otherwise see events/ first.
     path("api/v1/events/", include("events.api.urls")),
+    path("api/v1/", include("todos.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
 
 # Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT

@@ -39,3 +39,9 @@ class InvalidTransitionInput(QueueError):
         if field:
             extra["fields"] = {field: [detail]}
         super().__init__(detail, **extra)
+
+
+class PayloadTooLarge(QueueError):
+    """A JSON value (a todo's payload, a completion's result) is over MAX_PAYLOAD_BYTES."""
+
+    code = "too_large"

@@ -35,19 +35,42 @@ _HOLDS_RECEIPT = """id = %(id)s AND lease_id = %(lease_id)s AND split_part(owner
 _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
 
+# Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
+# their own statement (no extra round trip); todos/listen.py wakes the long-polling claims of that
+# queue. A NOTIFY is delivered when the transaction commits, so a woken claimer sees the row, and
+# PostgreSQL folds identical (channel, payload) pairs of one transaction into one.
+NOTIFY_CHANNEL = "switchboard_todos"
+
+
+def _notifying(changed: str, when: str = "true") -> str:
+    """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
+    notifies each distinct queue of the rows that satisfy ``when``; it returns the same rows."""
+    return f"""
+WITH changed AS ({changed}),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM changed WHERE {when}) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
 # create: -> pending. A row comes back only if it was inserted; none means a runnable todo with the
 # same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered in
 # the same statement, so a claimer can never see the todo before it can see its queue.
 CREATE = f"""
 WITH registered AS (
     INSERT INTO todos_queue (name, created_at) VALUES (%(queue)s, now()) ON CONFLICT (name) DO NOTHING
-)
+),
+inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
     %(assignee)s, 'pending', 0, %(max_attempts)s, '[]'::jsonb, now(), now())
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
+),
+notified AS MATERIALIZED (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted)
+SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
 RUNNABLE_BY_KEY = f"""
@@ -184,10 +207,12 @@ WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
 
-# fail: -> failed. Below the cap a retry is scheduled: after %(retry_in)s seconds if the caller gave
-# it, else exponential backoff with full jitter, random() * min(cap, base * 2^(attempt-1)). At the
-# cap next_retry_at stays NULL: a dead-letter (SPEC decision 4).
-FAIL = f"""
+# fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
+# scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
+# jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
+# dead-letter (SPEC decision 4).
+FAIL = _notifying(
+    f"""
 UPDATE todos_todo t SET
     state = 'failed',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -202,11 +227,14 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    when="next_retry_at <= now()",
+)
 
 # release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
 # a dead-letter: handing back a lease the reaper dead-lettered at its cap would make it claimable again.
-RELEASE = f"""
+# Notifies.
+RELEASE = _notifying(f"""
 UPDATE todos_todo SET
     state = 'pending',
     attempt = GREATEST(attempt - 1, 0),
@@ -217,10 +245,11 @@ UPDATE todos_todo SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # retry_dead_letter (operator): dead-letter -> pending, with a new budget (reset) or one more try (once).
-RETRY_DEAD_LETTER = f"""
+# Notifies.
+RETRY_DEAD_LETTER = _notifying(f"""
 UPDATE todos_todo t SET
     state = 'pending',
     attempt = CASE WHEN %(mode)s = 'reset' THEN 0 ELSE t.attempt END,
@@ -235,11 +264,13 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
+# Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
-REQUEUE_LAPSED = f"""
+REQUEUE_LAPSED = _notifying(
+    f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
     WHERE state = 'claimed' AND lease_expires_at < now()
@@ -255,10 +286,13 @@ UPDATE todos_todo t SET
 FROM lapsed
 WHERE t.id = lapsed.id
 RETURNING t.id, t.queue, t.state
-"""
+""",
+    when="state = 'pending'",
+)
 
-# promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending.
-PROMOTE_DUE_RETRIES = """
+# promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
+# (a waiting claimer may already have woken at the due time; the notify covers waiters that started later).
+PROMOTE_DUE_RETRIES = _notifying("""
 WITH due AS MATERIALIZED (
     SELECT id FROM todos_todo
     WHERE state = 'failed' AND next_retry_at IS NOT NULL AND next_retry_at <= now()
@@ -270,7 +304,7 @@ UPDATE todos_todo t SET state = 'pending', next_retry_at = NULL, updated_at = no
 FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.queue
-"""
+""")
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
 CURRENT_STATE = """
@@ -286,7 +320,9 @@ FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
 # retry_now (operator): retry-waiting -> pending at once, as promote_due_retries would do when the retry
 # falls due. Straight to pending (not next_retry_at = now()) so the operator sees the effect on the
 # next page load instead of after the reaper's next sweep. Recorded in errors, like operator retry.
-RETRY_NOW = f"""
+# Notifies, waking long-polls of the queue.
+RETRY_NOW = _notifying(
+    f"""
 UPDATE todos_todo t SET
     state = 'pending',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -297,6 +333,7 @@ WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'failed' AND t.next_retry_at IS 
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
+)
 
 # discard (operator): pending or failed (retry-waiting or dead) -> done, the result saying who and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
@@ -317,7 +354,9 @@ RETURNING {_TODO_COLUMNS}
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
 # a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
-FORCE_RELEASE = f"""
+# Notifies, waking long-polls of the queue.
+FORCE_RELEASE = _notifying(
+    f"""
 UPDATE todos_todo t SET
     state = 'pending',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -331,6 +370,7 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
+)
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")

@@ -1,0 +1,162 @@
+"""OpenAPI pieces for drf-spectacular: the Bearer security scheme, the error responses every endpoint
+documents, and one example per endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+
+from todos.api.serializers import ErrorSerializer
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "switchboard.api.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent's token from `manage.py create_agent` (shown once; only its hash is stored).",
+        }
+
+
+_ERRORS = {
+    400: ("invalid", "The input is invalid; `fields` holds the messages per field.", {"limit": ["too large"]}),
+    401: ("unauthorized", "No token, an unknown token, or an inactive agent.", None),
+    403: ("forbidden", "The caller may not retry dead-letters.", None),
+    404: ("not_found", "No such todo in the caller's scopes.", None),
+    409: ("conflict", "The todo exists but is not in a state (or lease) that allows this.", None),
+    413: ("too_large", "The request body or a JSON value is over its size limit.", None),
+    503: ("unavailable", "The database is unavailable; retry shortly.", None),
+}
+
+
+def _error_example(status: int) -> OpenApiExample:
+    code, detail, fields = _ERRORS[status]
+    body: dict[str, Any] = {"code": code, "detail": detail}
+    if fields:
+        body["fields"] = fields
+    if status == 409:
+        body["state"] = "done"
+        body["dead_letter"] = False
+    return OpenApiExample(code, value={"error": body}, response_only=True, status_codes=[str(status)])
+
+
+def documented(ok: Any, errors: tuple[int, ...], examples: list[OpenApiExample]) -> dict[str, Any]:
+    """extend_schema's ``responses`` and ``examples`` for an operation: the success response(s) (a
+    serializer, or {status: serializer}), the listed error statuses plus 503 in the one error shape,
+    and an example for each of them."""
+    responses: dict[int, Any] = dict(ok) if isinstance(ok, dict) else {200: ok}
+    for status in (*errors, 503):
+        responses[status] = OpenApiResponse(ErrorSerializer, description=_ERRORS[status][1])
+    return {"responses": responses, "examples": [*examples, *(_error_example(s) for s in (*errors, 503))]}
+
+
+_TODO = {
+    "id": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5",
+    "queue": "github.pulls",
+    "source": "github",
+    "kind": "review",
+    "title": "Review PR #42",
+    "payload": {"pr": 42},
+    "event": None,
+    "idempotency_key": "pr-42",
+    "assignee": None,
+    "state": "claimed",
+    "dead_letter": False,
+    "owner": "reviewer/host-1",
+    "lease_id": "ls_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+    "lease_expires_at": "2026-01-01T12:05:00Z",
+    "attempt": 1,
+    "max_attempts": 5,
+    "next_retry_at": None,
+    "result": None,
+    "errors": [],
+    "created_at": "2026-01-01T12:00:00Z",
+    "updated_at": "2026-01-01T12:00:01Z",
+    "claimed_at": "2026-01-01T12:00:01Z",
+    "completed_at": None,
+}
+_PENDING = {**_TODO, "state": "pending", "owner": None, "lease_id": None, "lease_expires_at": None, "attempt": 0}
+_DONE = {**_TODO, "state": "done", "lease_id": None, "lease_expires_at": None, "result": {"approved": True}}
+_FAILED = {
+    **_TODO,
+    "state": "failed",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "next_retry_at": "2026-01-01T12:00:31Z",
+    "errors": [{"attempt": 1, "at": "2026-01-01T12:00:21Z", "error": "timeout talking to GitHub"}],
+}
+_LEASE = {"lease_id": _TODO["lease_id"]}
+
+
+def _req(value: dict[str, Any], name: str = "request") -> OpenApiExample:
+    return OpenApiExample(name, value=value, request_only=True)
+
+
+def _res(value: Any, name: str = "response", status: int = 200) -> OpenApiExample:
+    return OpenApiExample(name, value=value, response_only=True, status_codes=[str(status)])
+
+
+CREATE_EXAMPLES = [
+    _req(
+        {
+            "queue": "github.pulls",
+            "kind": "review",
+            "title": "Review PR #42",
+            "payload": {"pr": 42},
+            "idempotency_key": "pr-42",
+        }
+    ),
+    _res({**_PENDING, "created": True}, "created", 201),
+    _res({**_PENDING, "created": False}, "existing", 200),
+]
+TODO_LIST_EXAMPLES = [
+    _res({"next": "https://switchboard.example/api/v1/todos/?cursor=cD0yMDI2", "previous": None, "results": [_PENDING]})
+]
+TODO_EXAMPLES = [_res(_TODO)]
+CLAIM_NEXT_EXAMPLES = [
+    _req({"queues": ["github.*"], "lease_seconds": 300, "limit": 1, "wait_seconds": 20, "worker": "host-1"}),
+    _res({"todos": [_TODO]}),
+]
+CLAIM_ONE_EXAMPLES = [_req({"lease_seconds": 300, "worker": "host-1"}), _res(_TODO)]
+RECEIPT_EXAMPLES = [_req({**_LEASE, "lease_seconds": 300}), _res(_TODO)]
+RELEASE_EXAMPLES = [_req(_LEASE), _res(_PENDING)]
+COMPLETE_EXAMPLES = [_req({**_LEASE, "result": {"approved": True}}), _res(_DONE)]
+FAIL_EXAMPLES = [_req({**_LEASE, "error": "timeout talking to GitHub", "retry_in_seconds": 10}), _res(_FAILED)]
+RETRY_EXAMPLES = [_req({"mode": "once", "note": "GitHub was down"}), _res(_PENDING)]
+BATCH_EXAMPLES = [
+    _req({"items": [{"id": _TODO["id"], **_LEASE, "result": {"approved": True}}]}),
+    _res(
+        {
+            "outcomes": [
+                {"id": _TODO["id"], "status": 200, "todo": _DONE},
+                {
+                    "id": "td_00000000000000000000000000000000",
+                    "status": 404,
+                    "error": {"code": "not_found", "detail": "No todo td_00000000000000000000000000000000."},
+                },
+            ]
+        }
+    ),
+]
+QUEUE_EXAMPLES = [
+    _res(
+        {
+            "queues": [
+                {
+                    "queue": "github.pulls",
+                    "pending": 12,
+                    "claimed": 3,
+                    "failed": 2,
+                    "retry_waiting": 1,
+                    "dead_letters": 1,
+                    "oldest_pending_age_seconds": 4.2,
+                }
+            ]
+        }
+    )
+]

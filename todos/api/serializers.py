@@ -1,0 +1,323 @@
+"""Input and output shapes of the todos API. Input serializers validate and bound every value; none
+of them saves anything (todos/queue.py is the only writer)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from todos.errors import PayloadTooLarge
+from todos.models import SCOPE_RE, Todo, validate_queue_name, validate_scope
+
+MAX_CLAIM_LIMIT = 100
+MAX_WAIT_SECONDS = 20.0
+MIN_LEASE_SECONDS = 1.0
+MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
+MAX_ERROR_CHARS = 10_000
+MAX_NOTE_CHARS = 1_000
+MAX_BATCH_ITEMS = 100
+LEASE_ID_MAX = 40
+WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
+
+
+def _max_lease() -> float:
+    return float(settings.QUEUE_MAX_LEASE_SECONDS)
+
+
+def _unstorable(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this JSON value (NUL in a string, a number out of range), or None."""
+    if isinstance(value, str):
+        return "JSON strings may not contain NUL (\\u0000) characters." if "\x00" in value else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "JSON numbers must be finite."
+    if isinstance(value, dict):
+        return next((r for k, v in value.items() if (r := _unstorable(k) or _unstorable(v))), None)
+    if isinstance(value, list):
+        return next((r for v in value if (r := _unstorable(v))), None)
+    return None
+
+
+class BoundedJSONField(serializers.JSONField):
+    """Any JSON value, at most MAX_PAYLOAD_BYTES once serialised (413 ``too_large`` beyond)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        # What jsonb cannot hold is refused as invalid here rather than failing in the database.
+        try:
+            reason = _unstorable(value)
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError as exc:
+            raise serializers.ValidationError("The JSON value is nested too deeply.") from exc
+        if reason:
+            raise serializers.ValidationError(reason)
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError as exc:
+            raise serializers.ValidationError("JSON strings may not contain lone surrogate characters.") from exc
+        if size > settings.MAX_PAYLOAD_BYTES:
+            raise PayloadTooLarge(
+                f"{self.field_name} is {size} bytes of JSON; the limit is {settings.MAX_PAYLOAD_BYTES}.",
+                fields={self.field_name: ["too large"]},
+            )
+        return value
+
+
+class LeaseSecondsField(serializers.FloatField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            required=False,
+            min_value=MIN_LEASE_SECONDS,
+            # Shown in the schema; run_validation re-reads the setting, so an override applies at once.
+            max_value=_max_lease(),
+            help_text="Lease (visibility timeout) in seconds, 1 to QUEUE_MAX_LEASE_SECONDS (12 h by default); "
+            "default QUEUE_DEFAULT_LEASE_SECONDS.",
+            **kwargs,
+        )
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        value = super().run_validation(data)
+        if value is not None and value > _max_lease():
+            raise serializers.ValidationError(f"Ensure this value is less than or equal to {_max_lease():g}.")
+        return value
+
+
+def _worker_field() -> serializers.RegexField:
+    return serializers.RegexField(
+        WORKER_RE,
+        required=False,
+        help_text="A label for the process or thread holding the claim; the owner becomes '<agent>/<worker>'.",
+    )
+
+
+def _lease_id_field() -> serializers.CharField:
+    return serializers.CharField(max_length=LEASE_ID_MAX, help_text="The receipt handed out by the claim.")
+
+
+def _iso(value: datetime | None) -> str | None:
+    """As DRF's DateTimeField renders it: ISO 8601, UTC as Z."""
+    if value is None:
+        return None
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+class TodoSerializer(serializers.ModelSerializer):
+    dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
+    event = serializers.CharField(source="event_id", allow_null=True, read_only=True)
+    errors = serializers.ListField(child=serializers.DictField(), read_only=True)
+
+    class Meta:
+        model = Todo
+        fields = [
+            "id",
+            "queue",
+            "source",
+            "kind",
+            "title",
+            "payload",
+            "event",
+            "idempotency_key",
+            "assignee",
+            "state",
+            "dead_letter",
+            "owner",
+            "lease_id",
+            "lease_expires_at",
+            "attempt",
+            "max_attempts",
+            "next_retry_at",
+            "result",
+            "errors",
+            "created_at",
+            "updated_at",
+            "claimed_at",
+            "completed_at",
+        ]
+        read_only_fields = fields
+
+    def get_dead_letter(self, todo: Todo) -> bool:
+        return todo.is_dead_letter
+
+    def to_representation(self, todo: Todo) -> dict[str, Any]:
+        # The API's hottest path (every claim and completion renders todos): built directly, which is
+        # several times cheaper than ModelSerializer's per-instance field machinery. The declared
+        # fields above still define the OpenAPI schema; test_api_todos checks the two agree.
+        return {
+            "id": todo.id,
+            "queue": todo.queue,
+            "source": todo.source,
+            "kind": todo.kind,
+            "title": todo.title,
+            "payload": todo.payload,
+            "event": todo.event_id,
+            "idempotency_key": todo.idempotency_key,
+            "assignee": todo.assignee,
+            "state": todo.state,
+            "dead_letter": todo.is_dead_letter,
+            "owner": todo.owner,
+            "lease_id": todo.lease_id,
+            "lease_expires_at": _iso(todo.lease_expires_at),
+            "attempt": todo.attempt,
+            "max_attempts": todo.max_attempts,
+            "next_retry_at": _iso(todo.next_retry_at),
+            "result": todo.result,
+            "errors": todo.errors,
+            "created_at": _iso(todo.created_at),
+            "updated_at": _iso(todo.updated_at),
+            "claimed_at": _iso(todo.claimed_at),
+            "completed_at": _iso(todo.completed_at),
+        }
+
+
+class CreatedTodoSerializer(TodoSerializer):
+    created = serializers.BooleanField(help_text="False when an existing runnable todo held the idempotency key.")
+
+    class Meta(TodoSerializer.Meta):
+        fields = [*TodoSerializer.Meta.fields, "created"]
+        read_only_fields = fields
+
+    def to_representation(self, todo: Todo) -> dict[str, Any]:
+        return {**super().to_representation(todo), "created": todo.created}  # type: ignore[attr-defined]
+
+
+class ClaimedSerializer(serializers.Serializer):
+    todos = TodoSerializer(many=True)
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.ChoiceField(
+        choices=["not_found", "conflict", "invalid", "unauthorized", "forbidden", "too_large", "unavailable"]
+    )
+    detail = serializers.CharField()
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="invalid: the messages per input field.",
+    )
+    state = serializers.CharField(required=False, help_text="conflict: the todo's current state.")
+    dead_letter = serializers.BooleanField(required=False, help_text="conflict: whether it is a dead-letter.")
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorBodySerializer()
+
+
+class BatchOutcomeSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.IntegerField(help_text="200 done, 404 not found, 409 conflict: as the single complete.")
+    todo = TodoSerializer(required=False)
+    error = ErrorBodySerializer(required=False)
+
+
+class BatchCompleteResultSerializer(serializers.Serializer):
+    outcomes = BatchOutcomeSerializer(many=True)
+
+
+class QueueStatsSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    pending = serializers.IntegerField()
+    claimed = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="retry_waiting + dead_letters")
+    retry_waiting = serializers.IntegerField()
+    dead_letters = serializers.IntegerField()
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+
+
+class QueueListSerializer(serializers.Serializer):
+    queues = QueueStatsSerializer(many=True)
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+class TodoCreateInput(serializers.Serializer):
+    queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
+    kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    payload = BoundedJSONField(required=False, default=dict)
+    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True, default=None)
+    assignee = serializers.CharField(
+        max_length=100, required=False, allow_null=True, default=None, help_text="Only this agent may claim it."
+    )
+    max_attempts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None)
+
+
+class TodoListFilter(serializers.Serializer):
+    queue = serializers.CharField(max_length=200, required=False)
+    state = serializers.ChoiceField(choices=["pending", "claimed", "done", "failed"], required=False)
+    kind = serializers.CharField(max_length=100, required=False)
+    assignee = serializers.CharField(max_length=100, required=False)
+    dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
+
+
+class ClaimNextInput(serializers.Serializer):
+    queues = serializers.ListField(
+        child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
+        required=False,
+        max_length=50,
+        help_text="Queue names or globs narrowing the agent's claim scopes (never widening them).",
+    )
+    lease_seconds = LeaseSecondsField()
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_CLAIM_LIMIT, default=1)
+    wait_seconds = serializers.FloatField(
+        min_value=0, max_value=MAX_WAIT_SECONDS, default=0, help_text="Long-poll: wait this long for work."
+    )
+    worker = _worker_field()
+
+
+class ClaimOneInput(serializers.Serializer):
+    lease_seconds = LeaseSecondsField()
+    worker = _worker_field()
+
+
+class HeartbeatInput(serializers.Serializer):
+    lease_id = _lease_id_field()
+    lease_seconds = LeaseSecondsField()
+
+
+class CompleteInput(serializers.Serializer):
+    lease_id = _lease_id_field()
+    result = BoundedJSONField(required=False, allow_null=True, default=None)
+
+
+class FailInput(serializers.Serializer):
+    lease_id = _lease_id_field()
+    error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
+    retry_in_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_RETRY_IN_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Retry after this many seconds instead of the backoff (ignored at the attempt cap).",
+    )
+
+
+class ReleaseInput(serializers.Serializer):
+    lease_id = _lease_id_field()
+
+
+class RetryInput(serializers.Serializer):
+    mode = serializers.ChoiceField(
+        choices=["reset", "once"], help_text="reset: a full new budget (attempt = 0); once: exactly one more try."
+    )
+    note = serializers.CharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
+
+
+class BatchItemInput(serializers.Serializer):
+    id = serializers.CharField(max_length=40)
+    lease_id = _lease_id_field()
+    result = BoundedJSONField(required=False, allow_null=True, default=None)
+
+
+class BatchCompleteInput(serializers.Serializer):
+    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)

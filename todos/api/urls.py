@@ -1,0 +1,21 @@
+"""/api/v1/ paths of the todos API, in SPEC.md's order."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from todos.api import views
+
+urlpatterns = [
+    path("todos/", views.TodoListCreateApi.as_view(), name="todo-list"),
+    path("todos/claim/", views.TodoClaimNextApi.as_view(), name="todo-claim-next"),
+    path("todos/complete/", views.TodoBatchCompleteApi.as_view(), name="todo-complete-many"),
+    path("todos/<str:todo_id>/", views.TodoDetailApi.as_view(), name="todo-detail"),
+    path("todos/<str:todo_id>/claim/", views.TodoClaimApi.as_view(), name="todo-claim"),
+    path("todos/<str:todo_id>/heartbeat/", views.TodoHeartbeatApi.as_view(), name="todo-heartbeat"),
+    path("todos/<str:todo_id>/complete/", views.TodoCompleteApi.as_view(), name="todo-complete"),
+    path("todos/<str:todo_id>/fail/", views.TodoFailApi.as_view(), name="todo-fail"),
+    path("todos/<str:todo_id>/release/", views.TodoReleaseApi.as_view(), name="todo-release"),
+    path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
+    path("queues/", views.QueueListApi.as_view(), name="queue-list"),
+]

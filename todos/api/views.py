@@ -1,0 +1,278 @@
+"""The todos API (SPEC "Interfaces"). Each view validates its input serializer, makes one call into
+todos/queue.py (or a read cut to the caller's scopes), and renders the output serializer. Views never
+write state. Errors are raised and rendered by switchboard.api.exception_handler."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
+from todos import listen, queue, selectors
+from todos.api import schema as docs
+from todos.api.serializers import (
+    BatchCompleteInput,
+    BatchCompleteResultSerializer,
+    ClaimedSerializer,
+    ClaimNextInput,
+    ClaimOneInput,
+    CompleteInput,
+    CreatedTodoSerializer,
+    FailInput,
+    HeartbeatInput,
+    QueueListSerializer,
+    ReleaseInput,
+    RetryInput,
+    TodoCreateInput,
+    TodoListFilter,
+    TodoSerializer,
+)
+from todos.errors import TodoNotFound
+from todos.models import Todo, TodoState
+
+# Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
+# byte would make PostgreSQL refuse the statement).
+TODO_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _todo_id(todo_id: str) -> str:
+    if not TODO_ID_RE.fullmatch(todo_id):
+        raise TodoNotFound(f"No todo {todo_id[:40]!r}.")
+    return todo_id
+
+
+def _render(todo: Todo, status: int = 200) -> Response:
+    return Response(TodoSerializer(todo).data, status=status)
+
+
+class TodoListCreateApi(generics.GenericAPIView):
+    serializer_class = TodoSerializer
+
+    def get_queryset(self) -> Any:
+        # The caller's scopes cut the queryset before anything else: nothing outside them is listed.
+        todos = Todo.objects.visible_to(caller_agent(self.request))
+        filters = _valid(TodoListFilter, self.request.query_params)
+        for field in ("queue", "state", "kind", "assignee"):
+            if field in filters:
+                todos = todos.filter(**{field: filters[field]})
+        if filters.get("dead") is True:
+            todos = todos.dead_lettered()
+        elif filters.get("dead") is False:
+            todos = todos.exclude(state=TodoState.FAILED, next_retry_at__isnull=True)
+        return todos
+
+    @extend_schema(
+        operation_id="todos_list",
+        summary="List todos",
+        description="Todos in the caller's scopes, newest first, with cursor pagination (`next`/`previous`).",
+        parameters=[
+            OpenApiParameter("queue", str, description="exact queue name"),
+            OpenApiParameter("state", str, enum=["pending", "claimed", "done", "failed"]),
+            OpenApiParameter("kind", str),
+            OpenApiParameter("assignee", str),
+            OpenApiParameter("dead", bool, description="true: dead-letters only; false: no dead-letters"),
+        ],
+        **docs.documented(TodoSerializer(many=True), (400, 401), docs.TODO_LIST_EXAMPLES),
+    )
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(TodoSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="todos_create",
+        summary="Create a todo",
+        description="201 with `created: true`; or 200 with the existing runnable todo and `created: false` "
+        "when one holds the same (queue, idempotency_key). The queue must be in the caller's create scopes.",
+        request=TodoCreateInput,
+        **docs.documented(
+            {201: CreatedTodoSerializer, 200: CreatedTodoSerializer}, (400, 401, 413), docs.CREATE_EXAMPLES
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(TodoCreateInput, request.data)
+        todo, created = queue.create(agent=caller_agent(request), **data)
+        todo.created = created  # type: ignore[attr-defined]
+        return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
+
+
+class TodoDetailApi(APIView):
+    @extend_schema(
+        operation_id="todos_retrieve",
+        summary="One todo",
+        **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
+    )
+    def get(self, request: Request, todo_id: str) -> Response:
+        todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
+        if todo is None:
+            raise TodoNotFound(f"No todo {todo_id}.")
+        return _render(todo)
+
+
+class TodoClaimNextApi(APIView):
+    @extend_schema(
+        operation_id="todos_claim_next",
+        summary="Claim the next todos",
+        description="Claims up to `limit` todos, oldest first, from the caller's claim scopes (narrowed by "
+        "`queues`). `wait_seconds` long-polls: the request waits until work becomes claimable in those queues "
+        "or the time runs out, then answers 200 with an empty list.",
+        request=ClaimNextInput,
+        **docs.documented(ClaimedSerializer, (400, 401, 413), docs.CLAIM_NEXT_EXAMPLES),
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(ClaimNextInput, request.data)
+        # gunicorn hands over the client's socket: a long-poll whose worker hung up stops waiting.
+        sock = request.META.get("gunicorn.socket")
+        client_gone = (lambda: listen.socket_closed_by_peer(sock)) if sock is not None else None
+        todos = listen.claim_next_waiting(agent=caller_agent(request), client_gone=client_gone, **data)
+        return Response({"todos": TodoSerializer(todos, many=True).data})
+
+
+class TodoClaimApi(APIView):
+    @extend_schema(
+        operation_id="todos_claim",
+        summary="Claim this todo",
+        description="409 with the current state if it is not claimable (claimed, done, a dead-letter, "
+        "waiting for a retry, or assigned to another agent).",
+        request=ClaimOneInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.CLAIM_ONE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(ClaimOneInput, request.data)
+        return _render(queue.claim(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoHeartbeatApi(APIView):
+    @extend_schema(
+        operation_id="todos_heartbeat",
+        summary="Extend the lease",
+        request=HeartbeatInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RECEIPT_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(HeartbeatInput, request.data)
+        return _render(queue.heartbeat(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoCompleteApi(APIView):
+    @extend_schema(
+        operation_id="todos_complete",
+        summary="Complete a claimed todo",
+        request=CompleteInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.COMPLETE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(CompleteInput, request.data)
+        return _render(queue.complete(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoBatchCompleteApi(APIView):
+    @extend_schema(
+        operation_id="todos_complete_many",
+        summary="Complete many claimed todos",
+        description="One statement for up to 100 items; one outcome per item, in order, each with the status "
+        "the single complete would have answered (200, 404 or 409).",
+        request=BatchCompleteInput,
+        **docs.documented(BatchCompleteResultSerializer, (400, 401, 413), docs.BATCH_EXAMPLES),
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(BatchCompleteInput, request.data)
+        items = [(i["id"], i["lease_id"], i["result"]) for i in data["items"]]
+        outcomes = []
+        for (todo_id, _, _), outcome in zip(
+            items, queue.complete_many(items, agent=caller_agent(request)), strict=True
+        ):
+            if isinstance(outcome, Todo):
+                outcomes.append({"id": todo_id, "status": 200, "todo": TodoSerializer(outcome).data})
+            else:
+                body = error_body(outcome.code, outcome.detail, **outcome.extra)
+                outcomes.append({"id": todo_id, "status": STATUS_BY_CODE[outcome.code], **body})
+        return Response({"outcomes": outcomes})
+
+
+class TodoFailApi(APIView):
+    @extend_schema(
+        operation_id="todos_fail",
+        summary="Fail a claimed todo",
+        description="Below the attempt cap a retry is scheduled (after `retry_in_seconds`, else exponential "
+        "backoff with jitter); at the cap the todo becomes a dead-letter.",
+        request=FailInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.FAIL_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(FailInput, request.data)
+        return _render(queue.fail(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoReleaseApi(APIView):
+    @extend_schema(
+        operation_id="todos_release",
+        summary="Hand a claimed todo back",
+        description="Back to pending at once; the attempt is given back (a release costs no retry budget).",
+        request=ReleaseInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RELEASE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(ReleaseInput, request.data)
+        return _render(queue.release(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoRetryApi(APIView):
+    @extend_schema(
+        operation_id="todos_retry",
+        summary="Retry a dead-letter (operator)",
+        description="Staff, or an agent allowed to retry dead-letters. `reset` grants a full new budget, "
+        "`once` exactly one more try; who, when, the mode and the note are recorded in `errors`.",
+        request=RetryInput,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), docs.RETRY_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        todo_id = _todo_id(todo_id)
+        if not agent.can_retry_dead_letters:
+            # Out of scope stays 404 for everyone (ids do not leak); only a visible todo earns the 403.
+            if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
+                raise TodoNotFound(f"No todo {todo_id}.")
+            raise PermissionDenied("This agent may not retry dead-letters.")
+        data = _valid(RetryInput, request.data)
+        return _render(queue.retry_dead_letter(todo_id, operator=agent.name, agent=agent, **data))
+
+
+class QueueListApi(APIView):
+    @extend_schema(
+        operation_id="queues_list",
+        summary="Queue health",
+        description="For every queue in the caller's scopes: todos by live state (done todos are history and "
+        "not counted), retry-waiting, dead-letters, and the age of the oldest pending todo.",
+        **docs.documented(QueueListSerializer, (401,), docs.QUEUE_EXAMPLES),
+    )
+    def get(self, request: Request) -> Response:
+        stats = selectors.queue_stats(caller_agent(request))
+        return Response(
+            {
+                "queues": [
+                    {
+                        "queue": s.queue,
+                        "pending": s.pending,
+                        "claimed": s.claimed,
+                        "failed": s.failed,
+                        "retry_waiting": s.retry_waiting,
+                        "dead_letters": s.dead_letters,
+                        "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
+                    }
+                    for s in stats
+                ]
+            }
+        )

@@ -1,0 +1,101 @@
+"""examples/worker.py against a live server: it works todos off, fails on a crash, and a SIGTERM
+mid-handler releases the lease in hand."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from todos import queue
+from todos.listen import listener
+from todos.models import Todo, TodoState
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+WORKER = Path(__file__).resolve().parents[2] / "examples" / "worker.py"
+
+
+def _start(live_server, agent, handler: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "SWITCHBOARD_URL": live_server.url, "SWITCHBOARD_TOKEN": agent.token}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), "--queues", "w.*", "--handler", handler, "--wait", "1", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_until(predicate, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # A long-poll the worker had in flight still waits on the server after the worker is gone (and
+    # would claim the next test's todo): let it run out first.
+    _wait_until(lambda: not listener._waiters, timeout=10)
+    return out
+
+
+def test_worker_completes_todos_and_fails_on_a_crash(live_server, agent):
+    ok = [queue.create(queue="w.ok", payload={"n": i})[0] for i in range(3)]
+    proc = _start(live_server, agent, "echo")
+    try:
+        _wait_until(lambda: Todo.objects.filter(state=TodoState.DONE).count() == 3)
+    finally:
+        out = _stop(proc)
+    assert proc.returncode == 0, out
+    for todo in ok:
+        todo.refresh_from_db()
+        assert todo.result == todo.payload and todo.owner.startswith("alice/")
+
+    crashing, _ = queue.create(queue="w.crash")
+    proc = _start(live_server, agent, "crash")
+    try:
+        _wait_until(lambda: Todo.objects.filter(pk=crashing.pk, state=TodoState.FAILED).exists())
+    finally:
+        _stop(proc)
+    crashing.refresh_from_db()
+    assert "RuntimeError: demo crash" in crashing.errors[-1]["error"]
+
+
+def test_sigterm_releases_the_lease_in_hand(live_server, agent):
+    todo, _ = queue.create(queue="w.slow")
+    proc = _start(live_server, agent, "sleep:30", "--lease", "5")
+    try:
+        _wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.CLAIMED).exists())
+    finally:
+        started = time.monotonic()
+        out = _stop(proc)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 5
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
+    assert "released" in out
+
+
+def test_heartbeats_keep_a_short_lease_alive_through_a_longer_handler(live_server, agent):
+    todo, _ = queue.create(queue="w.long")
+    proc = _start(live_server, agent, "sleep:2.5", "--lease", "1")
+    try:
+        _wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.DONE).exists())
+    finally:
+        _stop(proc)
+    todo.refresh_from_db()
+    # Never lapsed: one receive, no "lease expired" entry.
+    assert todo.attempt == 1 and todo.errors == [] and todo.result == {"slept": 2.5}
