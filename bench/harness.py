@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import secrets
 import signal
@@ -245,7 +246,7 @@ def out_dir() -> Path:
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -112,8 +112,11 @@ def over_http(db: c.DrillDb, token: str, max_attempts: int) -> None:
         api = h.Api(base, token)
         log = h.out_dir() / "drill-poison-workers.log"
         for handler, expect in (("crash", "lease expired"), ("boom", "always raises")):
-            todo, _ = queue.create(queue=QUEUE, title=f"poison over HTTP: {handler}", max_attempts=max_attempts)
-            argv = c.worker_argv(base, token, QUEUE, f"bench.drills.handlers:{handler}")
+            # A queue per handler: a stopped worker's long-poll may still be waiting on the server
+            # and would claim (and lose) a todo created in its queue meanwhile.
+            todo_queue = f"{QUEUE}-{handler}"
+            todo, _ = queue.create(queue=todo_queue, title=f"poison over HTTP: {handler}", max_attempts=max_attempts)
+            argv = c.worker_argv(base, token, todo_queue, f"bench.drills.handlers:{handler}")
             proc, crashes = c.start_worker(argv, log), 0
             deadline = time.monotonic() + 120
             try:
