@@ -42,7 +42,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/queue_throughput.py
 
 # On demand, never in CI. bench-compare: Switchboard against raw SQL, Procrastinate and django-tasks
-# (about 12 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the
+# (about 13 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the
 # "Against the alternatives" section of docs/benchmarks.md and docs/img/throughput.png.
 BENCH_COMPARE_ARGS ?= --docs
 $(VENV)/.bench-installed: $(VENV)/.installed bench/requirements-bench.txt

@@ -1,6 +1,6 @@
 """Switchboard against the raw-SQL ceiling and the alternatives a Django user would pick, in one run.
 
-    make bench-compare                      # the full run (about 12 minutes on 2 cores)
+    make bench-compare                      # the full run (about 13 minutes on 2 cores)
     .venv/bin/python bench/compare.py --quick                       # every row once, short: a check
     .venv/bin/python bench/compare.py --only raw,inproc --seconds 30   # long runs: see autovacuum work
 
@@ -22,7 +22,8 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from bench.compare_workers import (
     make_agent,
     pgbench,
     pgbench_scripts,
+    psycopg_worker,
     reset_todos,
     run_processes,
     sb_sql,
@@ -54,6 +56,7 @@ from bench.compare_workers import (
 SECTIONS = (
     "raw",
     "inproc",
+    "psycopg",
     "prepared",
     "enqueue",
     "batch",
@@ -70,7 +73,7 @@ SECTIONS = (
 class Config:
     clients: tuple[int, ...] = (1, 4, 16)
     runs: int = 3
-    seconds: float = 6.0  # one timed run of a claim+complete row
+    seconds: float = 4.0  # one timed run of a claim+complete row
     enqueue_seconds: float = 3.0
     jobs: int = 3000  # jobs drained per run by an alternative
     batch_clients: tuple[int, ...] = (4,)
@@ -87,6 +90,21 @@ class Config:
 # Sections
 
 
+@dataclass
+class Spec:
+    """One row of the throughput matrix. The matrix runs in rounds, every row once per round, so a
+    row's median draws on runs spread over the whole benchmark: a busy minute on a shared machine
+    lands on one run of every row instead of on all runs of one row."""
+
+    what: str
+    clients: int
+    measure: Callable[[], float]
+    ref: str | None = "claim"
+    series: str | None = None
+    notes: str = ""
+    runs: list[float] = field(default_factory=list)
+
+
 class Bench:
     def __init__(self, cfg: Config, server: h.PgServer) -> None:
         self.cfg = cfg
@@ -97,138 +115,255 @@ class Bench:
         h.setup_django(self.sb_url)
         self.token = make_agent()
         self.claim_script, self.enqueue_script = pgbench_scripts()
-        # The most any client count has done so far: sizes the backlog seeded for the next run.
+        # The most any row has done so far: sizes the backlog seeded for the next run.
         self.best = 0.0
+        self.warnings: set[str] = set()
+        self.enqueue_rates: dict[str, list[float]] = {name: [] for name in ALTERNATIVES}
 
     def backlog(self, seconds: float) -> int:
         return int(max(self.best, 3000) * seconds * 1.6) + 5000
 
-    # -- the ceiling ----------------------------------------------------------------------------
-    def raw(self) -> None:
-        print("raw SQL (pgbench, todos/sql.py statements)", flush=True)
-        for clients in self.cfg.clients:
-            runs, warns = [], set()
-            for _ in range(self.cfg.runs):
-                reset_todos()
-                seed(max(self.backlog(self.cfg.seconds), int(12000 * self.cfg.seconds)))
-                analyze()
-                tps, warn = pgbench(self.sb_url, self.claim_script, clients, self.cfg.seconds)
-                runs.append(tps)
-                warns.add(warn)
-                self.best = max(self.best, tps)
-            self.res.add(
-                Row("raw SQL claim, then complete (pgbench)", clients, runs, series="raw-claim", notes=" ".join(warns))
-            )
-        if "enqueue" in self.cfg.only:
-            for clients in self.cfg.clients:
-                runs = []
-                for _ in range(self.cfg.runs):
-                    reset_todos()
-                    tps, _ = pgbench(self.sb_url, self.enqueue_script, clients, self.cfg.enqueue_seconds)
-                    runs.append(tps)
-                self.res.add(
-                    Row(
-                        "raw SQL enqueue, CREATE with a key (pgbench)",
-                        clients,
-                        runs,
-                        ref="enqueue",
-                        series="raw-enqueue",
+    def fresh(self, pending: int) -> None:
+        reset_todos()
+        seed(pending)
+        analyze()
+
+    # -- one run of each kind of row ------------------------------------------------------------
+    def raw_claim(self, clients: int) -> float:
+        self.fresh(max(self.backlog(self.cfg.seconds), int(12000 * self.cfg.seconds)))
+        tps, warn = pgbench(self.sb_url, self.claim_script, clients, self.cfg.seconds)
+        if warn:
+            self.warnings.add(f"pgbench at {clients} clients: {warn}")
+        self.best = max(self.best, tps)
+        return tps
+
+    def raw_enqueue(self, clients: int) -> float:
+        reset_todos()
+        return pgbench(self.sb_url, self.enqueue_script, clients, self.cfg.enqueue_seconds)[0]
+
+    def inproc(self, clients: int, limit: int = 1, prepared: bool = False) -> float:
+        self.fresh(self.backlog(self.cfg.seconds) * (3 if limit > 1 else 1))
+        run = run_processes(inproc_worker, clients, self.cfg.seconds, "claim", limit, prepared)
+        if run.errors:
+            raise RuntimeError(f"{run.errors} in-process worker errors (tracebacks above)")
+        self.best = max(self.best, run.rate)
+        return run.rate
+
+    def inproc_enqueue(self, clients: int) -> float:
+        reset_todos()
+        return run_processes(inproc_worker, clients, self.cfg.enqueue_seconds, "enqueue", 1).rate
+
+    def psycopg(self, clients: int) -> float:
+        from todos.models import Agent
+
+        agent = Agent.objects.get(name=AGENT)
+        self.fresh(self.backlog(self.cfg.seconds))
+        patterns = (agent.claim_like_patterns(), agent.visible_like_patterns())
+        return run_processes(psycopg_worker, clients, self.cfg.seconds, self.sb_url, *patterns).rate
+
+    def http(self, base: str, clients: int, limit: int = 1) -> float:
+        self.fresh(int(self.backlog(self.cfg.seconds) * (3 if limit > 1 else 0.5)))
+        run = run_processes(http_worker, clients, self.cfg.seconds, base, self.token, limit)
+        if run.errors:
+            print(f"    {run.errors} HTTP errors in this run", flush=True)
+        return run.rate
+
+    def ingest(self, base: str, slug: str, secret: str, clients: int) -> float:
+        run = run_processes(ingest_worker, clients, self.cfg.enqueue_seconds, base, slug, secret)
+        if run.errors:
+            print(f"    {run.errors} ingest errors in this run", flush=True)
+        return run.rate
+
+    def alternative(self, name: str, url: str, clients: int) -> float:
+        _, settings_module = ALTERNATIVES[name]
+        procs, concurrency = alt_plan(name, clients)
+        rate, enqueue_rate = alt_drain(name, url, settings_module, procs, concurrency, self.cfg.jobs)
+        self.enqueue_rates[name].append(enqueue_rate)
+        return rate
+
+    # -- the matrix -------------------------------------------------------------------------------
+    def specs(self, base: str | None, batch_api: bool, ingest: tuple[str, str, str] | None) -> list[Spec]:
+        """The rows to run: ``base`` is the HTTP API's URL if it is there, ``ingest`` (URL, slug, secret) if
+        ingestion is."""
+        only, clients = self.cfg.only, self.cfg.clients
+        specs = [
+            Spec("raw SQL claim, then complete (pgbench)", c, lambda c=c: self.raw_claim(c), series="raw-claim")
+            for c in clients
+        ]
+        if "enqueue" in only:
+            specs += [
+                Spec(
+                    "raw SQL enqueue, CREATE with a key (pgbench)",
+                    c,
+                    lambda c=c: self.raw_enqueue(c),
+                    ref="enqueue",
+                    series="raw-enqueue",
+                )
+                for c in clients
+            ]
+        if "psycopg" in only:
+            specs += [
+                Spec(
+                    "the same SQL from Python processes, psycopg 3, prepared",
+                    c,
+                    lambda c=c: self.psycopg(c),
+                    series="psycopg",
+                )
+                for c in clients
+            ]
+        if "inproc" in only:
+            specs += [
+                Spec("Switchboard in-process, claim_next + complete", c, lambda c=c: self.inproc(c), series="inproc")
+                for c in clients
+            ]
+        if "prepared" in only:
+            specs += [
+                Spec(
+                    "Switchboard in-process, prepared statements",
+                    c,
+                    lambda c=c: self.inproc(c, prepared=True),
+                    series="inproc-prepared",
+                    notes="OPTIONS server_side_binding=True, prepare_threshold=5",
+                )
+                for c in clients
+            ]
+        if "inproc" in only and "enqueue" in only:
+            specs += [
+                Spec("Switchboard in-process, create with a key", c, lambda c=c: self.inproc_enqueue(c), ref="enqueue")
+                for c in clients
+            ]
+        if "batch" in only:
+            specs += [
+                Spec(
+                    f"Switchboard in-process, claim_next(limit={n}) + complete_many",
+                    c,
+                    lambda c=c, n=n: self.inproc(c, n),
+                )
+                for n in (10, 100)
+                for c in self.cfg.batch_clients
+            ]
+        if base and "http" in only:
+            specs += [
+                Spec(
+                    "Switchboard over HTTP, claim + complete",
+                    c,
+                    lambda c=c, base=base: self.http(base, c),
+                    series="http",
+                )
+                for c in clients
+            ]
+            if batch_api and "batch" in only:
+                specs += [
+                    Spec(
+                        f"Switchboard over HTTP, claim limit={n} + batch complete",
+                        c,
+                        lambda c=c, n=n, base=base: self.http(base, c, n),
+                    )
+                    for n in (10, 100)
+                    for c in self.cfg.batch_clients
+                ]
+        if ingest:
+            url, slug, secret = ingest
+            specs += [
+                Spec(
+                    "ingest: signed GitHub deliveries -> event + todo",
+                    c,
+                    lambda c=c, url=url, slug=slug, secret=secret: self.ingest(url, slug, secret, c),
+                    ref="enqueue",
+                    notes="deliveries/s",
+                )
+                for c in self.cfg.ingest_clients
+            ]
+        for name, (label, settings_module) in ALTERNATIVES.items():
+            if name not in only:
+                continue
+            url = self.server.create_database(f"{SB_DB}_{name}")
+            h.migrate(url, settings_module)
+            for c in clients:
+                procs, concurrency = alt_plan(name, c)
+                shape = f"{procs} process{'es' if procs > 1 else ''}"
+                if name == "procrastinate":
+                    shape += f" x {concurrency}"
+                specs.append(
+                    Spec(
+                        label,
+                        c,
+                        lambda c=c, name=name, url=url: self.alternative(name, url, c),
+                        series=name,
+                        notes=f"{shape}; drains {self.cfg.jobs} jobs",
                     )
                 )
+        return specs
 
-    # -- Switchboard in-process ---------------------------------------------------------------
-    def _inproc_rows(self, clients: int, limit: int, server_side_binding: bool = False) -> list[float]:
-        runs = []
-        for _ in range(self.cfg.runs):
-            reset_todos()
-            seed(self.backlog(self.cfg.seconds) * (3 if limit > 1 else 1))
-            analyze()
-            run = run_processes(inproc_worker, clients, self.cfg.seconds, "claim", limit, server_side_binding)
-            if run.errors:
-                raise RuntimeError(f"{run.errors} in-process worker errors (tracebacks above)")
-            runs.append(run.rate)
-            self.best = max(self.best, run.rate)
-        return runs
-
-    def inproc(self) -> None:
-        print("Switchboard in-process (todos/queue.py claim_next + complete, one process per client)", flush=True)
-        for clients in self.cfg.clients:
-            runs = self._inproc_rows(clients, 1)
-            self.res.add(Row("Switchboard in-process, claim_next + complete", clients, runs, series="inproc"))
-        if "prepared" in self.cfg.only:
-            for clients in self.cfg.clients:
-                runs = self._inproc_rows(clients, 1, server_side_binding=True)
-                self.res.add(
-                    Row(
-                        "Switchboard in-process, server-side binding (prepared)",
-                        clients,
-                        runs,
-                        series="inproc-prepared",
-                        notes="DATABASES OPTIONS server_side_binding=True",
-                    )
+    def matrix(self) -> None:
+        only = set(self.cfg.only)
+        with contextlib.ExitStack() as stack:
+            http_base: str | None = None
+            batch_api = False
+            ingest: tuple[str, str, str] | None = None
+            if only & {"http", "ingest"}:
+                base = stack.enter_context(h.gunicorn(self.sb_url))
+                api = h.Api(base, self.token)
+                status, body = api.post("/api/v1/todos/claim/", {"queues": [QUEUE]})
+                if status == 200 and isinstance(body, dict) and "todos" in body:
+                    http_base = base
+                    batch_api = api.post("/api/v1/todos/complete/", {"items": []})[0] not in (404, 405)
+                    if not batch_api:
+                        self.res.skip("HTTP batch claims", "POST /api/v1/todos/complete/ is missing")
+                else:
+                    self.res.skip("Switchboard over HTTP", f"POST /api/v1/todos/claim/ answered {status}, not the API")
+                    self.res.skip("long-poll wake latency", "no claim endpoint")
+                source = self.ingest_source() if "ingest" in only else None
+                ingest = (base, *source) if source else None
+            specs = self.specs(http_base, batch_api, ingest)
+            for round_no in range(1, self.cfg.runs + 1):
+                print(f"round {round_no} of {self.cfg.runs} ({len(specs)} rows)", flush=True)
+                for spec in specs:
+                    rate = spec.measure()
+                    spec.runs.append(rate)
+                    print(f"  {spec.what} @ {spec.clients}: {rate:,.0f} jobs/s", flush=True)
+            for spec in specs:
+                self.res.rows.append(
+                    Row(spec.what, spec.clients, spec.runs, ref=spec.ref, series=spec.series, notes=spec.notes)
                 )
-        if "enqueue" in self.cfg.only:
-            for clients in self.cfg.clients:
-                runs = []
-                for _ in range(self.cfg.runs):
-                    reset_todos()
-                    run = run_processes(inproc_worker, clients, self.cfg.enqueue_seconds, "enqueue", 1)
-                    runs.append(run.rate)
-                self.res.add(Row("Switchboard in-process, create with a key", clients, runs, ref="enqueue"))
-
-    def batch(self) -> None:
-        print("Switchboard in-process, batch claims", flush=True)
-        for limit in (10, 100):
-            for clients in self.cfg.batch_clients:
-                runs = self._inproc_rows(clients, limit)
-                self.res.add(Row(f"Switchboard in-process, claim_next(limit={limit}) + complete_many", clients, runs))
-
-    # -- Switchboard over HTTP ----------------------------------------------------------------
-    def http(self) -> None:
-        print("Switchboard over HTTP (gunicorn, the project's gunicorn.conf.py)", flush=True)
-        with h.gunicorn(self.sb_url) as base:
-            api = h.Api(base, self.token)
-            status, body = api.post("/api/v1/todos/claim/", {"queues": [QUEUE]})
-            if status != 200 or not isinstance(body, dict) or "todos" not in body:
-                self.res.skip("Switchboard over HTTP", f"POST /api/v1/todos/claim/ answered {status}, not the API")
-                self.res.skip("long-poll wake latency", "no claim endpoint")
-                self.ingest(base, api_missing=True)
-                return
-            batch_ok = api.post("/api/v1/todos/complete/", {"items": []})[0] not in (404, 405)
-            for clients in self.cfg.clients:
-                self.res.add(
-                    Row(
-                        "Switchboard over HTTP, claim + complete",
-                        clients,
-                        self._http_runs(base, clients, 1),
-                        series="http",
+            for name, rates in self.enqueue_rates.items():
+                if rates:
+                    label = "Procrastinate defer()" if name == "procrastinate" else "django-tasks enqueue()"
+                    self.res.rows.append(
+                        Row(
+                            f"{label}, one by one in one transaction",
+                            1,
+                            rates,
+                            ref="enqueue",
+                            notes="median over every drain run's enqueue",
+                        )
                     )
-                )
-            for limit in (10, 100):
-                if not batch_ok:
-                    self.res.skip(f"HTTP batch limit={limit}", "POST /api/v1/todos/complete/ is missing")
-                    continue
-                for clients in self.cfg.batch_clients:
-                    runs = self._http_runs(base, clients, limit)
-                    self.res.add(Row(f"Switchboard over HTTP, claim limit={limit} + batch complete", clients, runs))
-            self.longpoll(base, api)
-            self.ingest(base)
+            if http_base and "http" in only:
+                self.longpoll(http_base, h.Api(http_base, self.token))
+        for warning in sorted(self.warnings):
+            print(f"  warning: {warning}")
 
-    def _http_runs(self, base: str, clients: int, limit: int) -> list[float]:
-        runs = []
-        for _ in range(self.cfg.runs):
-            reset_todos()
-            seed(int(self.backlog(self.cfg.seconds) * (3 if limit > 1 else 0.5)))
-            analyze()
-            run = run_processes(http_worker, clients, self.cfg.seconds, base, self.token, limit)
-            if run.errors:
-                print(f"    {run.errors} HTTP errors in this run", flush=True)
-            runs.append(run.rate)
-        return runs
+    def ingest_source(self) -> tuple[str, str] | None:
+        from django.apps import apps
+        from django.urls import Resolver404, resolve
+
+        try:
+            resolve("/ingest/bench/")
+            source_model = apps.get_model("ingest", "Source")
+            route_model = apps.get_model("ingest", "Route")
+        except (Resolver404, LookupError):
+            self.res.skip("ingest deliveries/s", "no /ingest/<slug>/ view or ingest.Source/Route models yet")
+            return None
+        secret = "bench-secret-" + uuid.uuid4().hex
+        slug = "bench-github"
+        source_model.objects.filter(slug=slug).delete()
+        source = source_model.objects.create(**_source_fields(source_model, slug, secret))
+        route_model.objects.create(
+            source=source, event_pattern="*", queue=INGEST_QUEUE, kind="bench", title_template="PR {{ number }}"
+        )
+        return slug, secret
 
     def longpoll(self, base: str, api: h.Api) -> None:
-        if "ingest" not in self.cfg.only and "http" not in self.cfg.only:
-            return
         from todos import queue
 
         reset_todos()
@@ -238,6 +373,7 @@ class Bench:
         if time.monotonic() - t < 0.8:
             self.res.skip("long-poll wake latency", "claim with wait_seconds=1 on an empty queue returned at once")
             return
+        print("long-poll wake latency", flush=True)
         waits: list[float] = []
         for _ in range(self.cfg.longpoll_samples):
             answered: dict[str, float] = {}
@@ -263,74 +399,6 @@ class Bench:
                 ref=None,
                 notes=f"p50 {h.percentile(waits, 50):.0f} ms, p99 {h.percentile(waits, 99):.0f} ms "
                 f"({len(waits)} wakes)",
-            )
-        )
-
-    def ingest(self, base: str, api_missing: bool = False) -> None:
-        if "ingest" not in self.cfg.only:
-            return
-        from django.apps import apps
-        from django.urls import Resolver404, resolve
-
-        try:
-            resolve("/ingest/bench/")
-            source_model = apps.get_model("ingest", "Source")
-            route_model = apps.get_model("ingest", "Route")
-        except (Resolver404, LookupError):
-            self.res.skip("ingest deliveries/s", "no /ingest/<slug>/ view or ingest.Source/Route models yet")
-            return
-        secret = "bench-secret-" + uuid.uuid4().hex
-        slug = "bench-github"
-        source_model.objects.filter(slug=slug).delete()
-        source = source_model.objects.create(**_source_fields(source_model, slug, secret))
-        route_model.objects.create(
-            source=source, event_pattern="*", queue=INGEST_QUEUE, kind="bench", title_template="PR {{ number }}"
-        )
-        for clients in self.cfg.ingest_clients:
-            runs = []
-            for _ in range(self.cfg.runs):
-                run = run_processes(ingest_worker, clients, self.cfg.enqueue_seconds, base, slug, secret)
-                if run.errors:
-                    print(f"    {run.errors} ingest errors in this run", flush=True)
-                runs.append(run.rate)
-            self.res.add(
-                Row(
-                    "ingest: signed GitHub deliveries -> event + todo",
-                    clients,
-                    runs,
-                    ref="enqueue",
-                    notes="deliveries/s",
-                )
-            )
-
-    # -- the alternatives ---------------------------------------------------------------------
-    def alternative(self, name: str) -> None:
-        label, settings_module = ALTERNATIVES[name]
-        print(f"{label} (its own worker, no-op jobs)", flush=True)
-        url = self.server.create_database(f"{SB_DB}_{name}")
-        h.migrate(url, settings_module)
-        enqueue_rates = []
-        for clients in self.cfg.clients:
-            procs, concurrency = alt_plan(name, clients)
-            runs = []
-            for _ in range(self.cfg.runs):
-                rate, enqueue_rate = alt_drain(name, url, settings_module, procs, concurrency, self.cfg.jobs)
-                runs.append(rate)
-                enqueue_rates.append(enqueue_rate)
-            shape = (
-                f"{procs} process{'es' if procs > 1 else ''} x {concurrency}"
-                if name == "procrastinate"
-                else (f"{procs} process{'es' if procs > 1 else ''}")
-            )
-            self.res.add(Row(label, clients, runs, series=name, notes=f"{shape}; drains {self.cfg.jobs} jobs"))
-        enqueue_label = "Procrastinate defer()" if name == "procrastinate" else "django-tasks enqueue()"
-        self.res.add(
-            Row(
-                f"{enqueue_label}, one by one in one transaction",
-                1,
-                enqueue_rates,
-                ref="enqueue",
-                notes="median of every run's enqueue",
             )
         )
 
@@ -428,7 +496,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one short run of every row: checks the harness")
     parser.add_argument("--runs", type=int, help="runs per row (median); default 3")
-    parser.add_argument("--seconds", type=float, help="seconds per timed run of a claim+complete row; default 6")
+    parser.add_argument("--seconds", type=float, help="seconds per timed run of a claim+complete row; default 4")
     parser.add_argument("--jobs", type=int, help="jobs an alternative drains per run; default 3000")
     parser.add_argument("--soak-seconds", type=float, help="sustained-churn run length; default 45")
     parser.add_argument("--clients", help="comma-separated client counts; default 1,4,16")
@@ -468,25 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = os.getloadavg()[0]
     print(f"machine: {machine}; load average {load_at_start:.1f}\nconfig: {asdict(cfg)}", flush=True)
     bench = Bench(cfg, server)
-    only = set(cfg.only)
-    # The ceiling first: every other row's ratio and backlog size come from it.
-    if only & {"raw", "inproc", "batch", "http", "procrastinate", "django_tasks", "latency", "soak", "ingest"}:
-        bench.raw()
-    for section, run in (
-        ("inproc", bench.inproc),
-        ("batch", bench.batch),
-        ("http", bench.http),
-        ("procrastinate", lambda: bench.alternative("procrastinate")),
-        ("django_tasks", lambda: bench.alternative("django_tasks")),
-        ("latency", bench.latency),
-        ("soak", bench.soak),
-    ):
-        if section in only:
-            run()
-    if "ingest" in only and "http" not in only:
-        with h.gunicorn(bench.sb_url) as base:
-            bench.longpoll(base, h.Api(base, bench.token))
-            bench.ingest(base)
+    bench.matrix()
+    if "latency" in cfg.only:
+        bench.latency()
+    if "soak" in cfg.only:
+        bench.soak()
     finish(bench.res)
     took = time.monotonic() - started
     # Other work on the machine moves every figure: the load average says how quiet it was.

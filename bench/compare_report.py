@@ -111,8 +111,9 @@ def plot(res: Results, path: Path) -> None:
 
     labels = {
         "raw-claim": "raw SQL (pgbench)",
+        "psycopg": "same SQL, psycopg 3 prepared (no Django)",
         "inproc": "Switchboard in-process",
-        "inproc-prepared": "Switchboard in-process, server-side binding",
+        "inproc-prepared": "Switchboard in-process, prepared statements",
         "http": "Switchboard over HTTP",
         "procrastinate": "Procrastinate 3.10",
         "django_tasks": "django-tasks-db 0.13",
@@ -142,7 +143,8 @@ def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds:
         "## Against the alternatives",
         "",
         f"Measured {when} with `{command}` ({seconds / 60:.1f} minutes) on {machine}.",
-        f"Each row is the median of {cfg.runs} run(s); the ratio is to the raw-SQL ceiling at the same client count",
+        f"Each row is the median of {cfg.runs} run(s), taken in rounds that run every row once (so a busy moment",
+        "on the machine lands on one run of each row); the ratio is to the raw-SQL ceiling at the same client count",
         "(pgbench running `todos/sql.py`'s own CLAIM_NEXT then COMPLETE, two transactions per job, or CREATE for",
         "enqueue rows). Switchboard and pgbench rows run for a fixed time against a seeded backlog; the",
         f"alternatives drain {cfg.jobs} no-op jobs enqueued at once, timed by their own start/finish timestamps.",
@@ -163,6 +165,12 @@ def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds:
         "  (processes x concurrency 1x1, 1x4, 2x8). django-tasks 0.12 with the django-tasks-db 0.13 backend,",
         "  `manage.py db_worker --interval 0.1` (one process per client). Each in its own settings module under",
         "  `bench/alt_settings/` and its own database.",
+        "- Batch rows are Switchboard's alone: neither alternative claims in batches (Procrastinate 3.10",
+        "  fetches one job per `procrastinate_fetch_job` call; django-tasks-db locks one task per transaction).",
+        "- Latency rows: one client, a handful of pending rows beside N done rows seeded with generate_series",
+        "  (then VACUUM ANALYZE, as autovacuum would); p50/p99 of one claim_next + complete.",
+        "- The sustained row runs long enough for autovacuum (SPEC trap 3) to work: compare its first and",
+        "  last windows; `--soak-seconds` makes it longer.",
         "- Figures are noisy (10-30% between runs is usual on this machine); compare ratios, not absolutes.",
         "",
     ]

@@ -199,16 +199,17 @@ class Shared:
     errors: Any
 
 
-def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, server_side_binding: bool = False) -> None:
+def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, prepared: bool = False) -> None:
     from django.db import connections
 
     from todos import queue
     from todos.models import Agent
 
-    if server_side_binding:
-        # Django's psycopg backend binds parameters client-side by default, so PostgreSQL parses and
-        # plans CLAIM_NEXT on every call; with server-side binding psycopg prepares it after 5 uses.
-        connections["default"].settings_dict["OPTIONS"]["server_side_binding"] = True
+    if prepared:
+        # Django's psycopg backend binds parameters client-side and never prepares, so PostgreSQL parses
+        # and plans CLAIM_NEXT (a five-CTE statement) on every call. With server-side binding and a
+        # prepare threshold, psycopg prepares each statement after 5 uses.
+        connections["default"].settings_dict["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
     try:
         agent = Agent.objects.get(name=AGENT)
         sh.barrier.wait(120)
@@ -235,6 +236,49 @@ def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, server_side_bind
     finally:
         sh.ends[slot] = time.monotonic()
         connections.close_all()
+
+
+def psycopg_worker(slot: int, sh: Shared, url: str, claim_like: list[str], visible_like: list[str]) -> None:
+    """The same two statements from Python without Django: psycopg 3, prepared. It sits between
+    pgbench (no client cost) and Switchboard (Django's cursor, the Todo rows): the gap to each says
+    what the client language costs and what the framework costs."""
+    import psycopg
+
+    from todos import sql
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            claim = {
+                "scopes": claim_like,
+                "wanted": [QUEUE],
+                "agent": AGENT,
+                "owner": f"{AGENT}/psycopg{slot}",
+                "limit": 1,
+                "lease_seconds": 300.0,
+            }
+            sh.barrier.wait(120)
+            end, n = sh.deadline.value, 0
+            while time.monotonic() < end:
+                cur = conn.execute(sql.CLAIM_NEXT, claim, prepare=True)
+                row = cur.fetchone()
+                if row is None:
+                    break
+                names = [d.name for d in cur.description or []]
+                receipt = {
+                    "id": row[names.index("id")],
+                    "lease_id": row[names.index("lease_id")],
+                    "agent": AGENT,
+                    "visible": visible_like,
+                    "result": None,
+                }
+                conn.execute(sql.COMPLETE, receipt, prepare=True)
+                n += 1
+                sh.counts[slot] = n
+    except BaseException:
+        sh.errors[slot] += 1
+        traceback.print_exc()
+    finally:
+        sh.ends[slot] = time.monotonic()
 
 
 def http_worker(slot: int, sh: Shared, base: str, token: str, limit: int) -> None:
