@@ -423,9 +423,31 @@ class Bench:
                     f"claim + complete beside {done_rows:,} done rows",
                     1,
                     [rate],
-                    notes=f"p50 {h.percentile(times, 50) * 1000:.2f} ms, p99 {h.percentile(times, 99) * 1000:.2f} ms",
+                    notes=f"p50 {h.percentile(times, 50) * 1000:.2f} ms, p99 {h.percentile(times, 99) * 1000:.2f} ms; "
+                    f"the claim reads {self.claim_buffers(agent)} buffers",
                 )
             )
+
+    def claim_buffers(self, agent: Any) -> int:
+        """Pages one CLAIM_NEXT touches, from EXPLAIN (ANALYZE, BUFFERS), rolled back: unlike a timing,
+        this figure does not move with the machine's load, so it shows plainly whether history costs."""
+        import psycopg
+
+        from todos import sql
+
+        params = {
+            "scopes": agent.claim_like_patterns(),
+            "wanted": [QUEUE],
+            "agent": AGENT,
+            "owner": AGENT,
+            "limit": 1,
+            "lease_seconds": 300.0,
+        }
+        with psycopg.connect(self.sb_url) as conn:
+            row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_NEXT, params).fetchone()
+            conn.rollback()
+        plan = (row[0] if row else [{}])[0].get("Plan", {})
+        return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
     @staticmethod
     def _cycle(queue: Any, agent: Any) -> float:

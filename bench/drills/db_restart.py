@@ -115,11 +115,12 @@ def drill(todos: int, down_seconds: float, clients: int) -> None:
         load.up_at = time.monotonic()
         load.down.clear()
         actually_down = load.up_at - stopped_at
-        finished = c.wait_until(lambda: sum(load.completed.values()) >= todos, 300, 0.1)
-        load.join()
-    from django.db import connections
+        from django.db import connections
 
-    connections.close_all()
+        connections.close_all()  # this process's own connection died with the server
+        # Finished when the database says so: a completion whose answer was lost still counts.
+        finished = c.wait_until(lambda: c.state_counts(QUEUE).get("done", 0) >= todos, 300, 0.5)
+        load.join()
     counts = c.state_counts(QUEUE)
     twice = [i for i, n in load.completed.items() if n > 1]
     recovered = (load.first_ok_after_up - load.up_at) if load.first_ok_after_up and load.up_at else float("nan")
@@ -133,7 +134,7 @@ def drill(todos: int, down_seconds: float, clients: int) -> None:
     c.check(load.codes_while_down.get(503, 0) > 0, "the API answered 503 while PostgreSQL was down")
     c.check(not [s for s in load.codes if s >= 500 and s != 503], "no 500 (or other 5xx but 503), ever")
     c.check(not load.bad_bodies, "every 503 had the error shape with code 'unavailable'")
-    c.check(counts.get("done", 0) == todos and set(load.completed) == ids, "no todo lost: all are done")
+    c.check(counts.get("done", 0) == todos and set(load.completed) <= ids, "no todo lost: all are done")
     c.check(not twice, "no todo was completed twice")
 
 
