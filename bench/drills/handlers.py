@@ -18,14 +18,15 @@ def _todo_id(todo: Any) -> str:
 
 
 def record(todo: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Work that takes a little time (so kills land mid-job) and leaves a trace."""
-    time.sleep(float(os.environ.get("DRILL_HANDLER_SECONDS", "0.02")))
+    """Leaves a trace as the work starts, then works a little (so kills land mid-job): a todo whose
+    worker is killed before it completes is recorded again when another worker takes it."""
     line = f"{_todo_id(todo)} {os.getpid()}\n".encode()
     fd = os.open(os.environ["DRILL_RECORD_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
     finally:
         os.close(fd)
+    time.sleep(float(os.environ.get("DRILL_HANDLER_SECONDS", "0.05")))
     return {"processed_by": os.getpid()}
 
 
