@@ -137,13 +137,13 @@ def plot(res: Results, path: Path) -> None:
     plt.close(fig)
 
 
-def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds: float) -> str:
+def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds: float, rounds: int) -> str:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "## Against the alternatives",
         "",
         f"Measured {when} with `{command}` ({seconds / 60:.1f} minutes) on {machine}.",
-        f"Each row is the median of {cfg.runs} run(s), taken in rounds that run every row once (so a busy moment",
+        f"Each row is the median of {rounds} run(s), taken in rounds that run every row once (so a busy moment",
         "on the machine lands on one run of each row); the ratio is to the raw-SQL ceiling at the same client count",
         "(pgbench running `todos/sql.py`'s own CLAIM_NEXT then COMPLETE, two transactions per job, or CREATE for",
         "enqueue rows). Switchboard and pgbench rows run for a fixed time against a seeded backlog; the",
