@@ -24,12 +24,14 @@ from bench import harness as h
 
 EXIT_PASS, EXIT_FAIL, EXIT_SKIP = 0, 1, 3
 
-# The reference worker (examples/worker.py, from the HTTP API issue). This is the one line to adjust if
-# its flags differ. {handler} is a "module:function" the worker imports and calls with each todo;
-# the drills' handlers live in bench/drills/handlers.py and accept a dict or an object with .id.
-# Lease length comes from the server's default (the drills start gunicorn with a short
-# QUEUE_DEFAULT_LEASE_SECONDS), so the worker needs no lease flag.
-WORKER_CMD = "{python} examples/worker.py --url {url} --token {token} --queues {queue} --handler {handler}"
+# The reference worker (examples/worker.py, from the HTTP API issue): the one line to adjust if its flags
+# change. {handler} is "module:function", called with each todo (a dict); the drills' handlers are in
+# bench/drills/handlers.py. {lease} is short so a killed worker's todo comes back within seconds, and
+# the long-poll is short so a stopped worker's waiting claim ends soon after it.
+WORKER_CMD = (
+    "{python} examples/worker.py --url {url} --token {token} --queues {queue} --handler {handler} "
+    "--lease {lease} --wait 2"
+)
 
 
 class Skip(Exception):
@@ -108,8 +110,10 @@ def require_worker() -> None:
         skip("examples/worker.py (the reference worker) is not here yet")
 
 
-def worker_argv(url: str, token: str, queue: str, handler: str) -> list[str]:
-    return shlex.split(WORKER_CMD.format(python=h.PYTHON, url=url, token=token, queue=queue, handler=handler))
+def worker_argv(url: str, token: str, queue: str, handler: str, lease: float = 5) -> list[str]:
+    return shlex.split(
+        WORKER_CMD.format(python=h.PYTHON, url=url, token=token, queue=queue, handler=handler, lease=lease)
+    )
 
 
 def start_worker(argv: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]:

@@ -116,7 +116,7 @@ def over_http(db: c.DrillDb, token: str, max_attempts: int) -> None:
             # and would claim (and lose) a todo created in its queue meanwhile.
             todo_queue = f"{QUEUE}-{handler}"
             todo, _ = queue.create(queue=todo_queue, title=f"poison over HTTP: {handler}", max_attempts=max_attempts)
-            argv = c.worker_argv(base, token, todo_queue, f"bench.drills.handlers:{handler}")
+            argv = c.worker_argv(base, token, todo_queue, f"bench.drills.handlers:{handler}", lease=2)
             proc, crashes = c.start_worker(argv, log), 0
             deadline = time.monotonic() + 120
             try:
