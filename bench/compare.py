@@ -5,7 +5,8 @@
     .venv/bin/python bench/compare.py --only raw,inproc --seconds 30   # long runs: see autovacuum work
 
 Everything runs in dedicated databases (switchboard_bench, switchboard_bench_procrastinate,
-switchboard_bench_django_tasks) on the embedded PostgreSQL, or on the server of DATABASE_URL.
+switchboard_bench_django_tasks) on the embedded PostgreSQL, or on the server of DATABASE_URL (whose
+role then needs CREATEDB; CHECKPOINT after seeding is skipped unless it is a superuser).
 Each row is the median of --runs runs in jobs/s, with its ratio to the raw-SQL ceiling: pgbench
 running todos/sql.py's own CLAIM_NEXT and COMPLETE (or CREATE) statements on the same table with
 the same number of clients. --docs rewrites the "## Against the alternatives" section of
