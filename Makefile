@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench bench-http migrate superuser clean
+.PHONY: run test lint bench bench-http bench-compare drills migrate superuser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,21 @@ bench: $(VENV)/.installed
 
 bench-http: $(VENV)/.installed
 	$(BIN)/python bench/http_throughput.py
+
+# On demand, never in CI. bench-compare: Switchboard against raw SQL, Procrastinate and django-tasks
+# (about 13 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the
+# "Against the alternatives" section of docs/benchmarks.md and docs/img/throughput.png.
+BENCH_COMPARE_ARGS ?= --docs
+$(VENV)/.bench-installed: $(VENV)/.installed bench/requirements-bench.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r bench/requirements-bench.txt
+	touch $@
+
+bench-compare: $(VENV)/.bench-installed
+	$(BIN)/python bench/compare.py $(BENCH_COMPARE_ARGS)
+
+# Failure drills (docs/reliability.md): each prints its figure and fails if an invariant breaks.
+drills: $(VENV)/.installed
+	$(BIN)/python -m bench.drills $(DRILLS)
 
 clean:
 	rm -rf $(VENV) .pgdata staticfiles
