@@ -101,7 +101,10 @@ class Todo(models.Model):
     kind = models.CharField(max_length=100, blank=True, default="")
     title = models.CharField(max_length=500, blank=True, default="")
     payload = models.JSONField(default=dict, blank=True)
-    event = models.ForeignKey("events.Event", null=True, blank=True, on_delete=models.PROTECT, related_name="todos")
+    # Indexed by todo_event (partial: most todos have no event), not by Django's default full index.
+    event = models.ForeignKey(
+        "events.Event", null=True, blank=True, on_delete=models.PROTECT, related_name="todos", db_index=False
+    )
     idempotency_key = models.CharField(max_length=300, null=True, blank=True)
     assignee = models.CharField(max_length=100, null=True, blank=True)
     state = models.CharField(max_length=10, choices=TodoState.choices, default=TodoState.PENDING)
@@ -150,14 +153,16 @@ class Todo(models.Model):
                 condition=Q(state="failed", next_retry_at__isnull=True),
                 name="todo_dead_letters",
             ),
-            # The admin's changelist (todos/admin.py) lists newest first, unfiltered or by one filter;
-            # each filter walks its own (column, created_at) index backwards and stops after a page,
-            # and its choices come from a skip scan of the same index (switchboard/admin_tools.py). Every
-            # index costs each state change a tuple (state changes are never HOT updates anyway);
-            # docs/benchmarks.md "Admin at 1M rows" shows the plans these serve.
+            # An event's todos (the FK's PROTECT check, the event admin, replay). Partial: todos that
+            # agents create have no event, and a full index would take a write on every transition.
+            models.Index(fields=["event"], condition=Q(event__isnull=False), name="todo_event"),
+            # The admin's changelist (todos/admin.py) lists newest first, unfiltered or by one filter.
+            # Every full index costs each state change an index tuple (state changes are never HOT
+            # updates), so the set is kept small (migration 0006): the state filter is served by the
+            # partial indexes above, the queue filter by walking todo_admin_recent backwards; kind and
+            # source keep their own because the filters' choices come from a skip scan of them
+            # (switchboard/admin_tools.py). docs/benchmarks.md "Admin at 1M rows" has the figures.
             models.Index(fields=["created_at"], name="todo_admin_recent"),
-            models.Index(fields=["state", "created_at"], name="todo_admin_state_recent"),
-            models.Index(fields=["queue", "created_at"], name="todo_admin_queue_recent"),
             models.Index(fields=["kind", "created_at"], name="todo_admin_kind_recent"),
             models.Index(fields=["source", "created_at"], name="todo_admin_source_recent"),
             models.Index(
