@@ -71,6 +71,9 @@ class Worker:
         self.handler = handler
         self.args = args
         self.stopping = threading.Event()
+        # Set while a claim (a long-poll) is in flight: a stop then waits for its answer, so that a todo
+        # claimed in that moment is released at once instead of lapsing and costing an attempt.
+        self.polling = threading.Event()
         self.lock = threading.Lock()
         self.in_hand: dict[str, Any] | None = None  # the todo we hold a lease on
 
@@ -93,7 +96,11 @@ class Worker:
             "worker": self.args.name,
             "limit": 1,
         }
-        response = self.client.post("/todos/claim/", body, timeout=self.args.wait + 10)
+        self.polling.set()
+        try:
+            response = self.client.post("/todos/claim/", body, timeout=self.args.wait + 10)
+        finally:
+            self.polling.clear()
         if response.status_code >= 500:
             log.warning("claim answered %s; retrying in 1 s", response.status_code)
             self.stopping.wait(1.0)
@@ -203,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     log.info("stopping")
     worker.stop()
+    if worker.polling.is_set():
+        loop.join(timeout=args.wait + 10)
     return 0
 
 

@@ -99,3 +99,20 @@ def test_heartbeats_keep_a_short_lease_alive_through_a_longer_handler(live_serve
     todo.refresh_from_db()
     # Never lapsed: one receive, no "lease expired" entry.
     assert todo.attempt == 1 and todo.errors == [] and todo.result == {"slept": 2.5}
+
+
+def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(live_server, agent):
+    proc = _start(live_server, agent, "sleep:30", "--wait", "5")
+    try:
+        _wait_until(lambda: len(listener._waiters) == 1)
+        proc.send_signal(signal.SIGTERM)
+        # Created while the stopping worker's claim still waits on the server: the claim takes it, and
+        # the worker must hand it straight back rather than let its lease lapse.
+        todo, _ = queue.create(queue="w.late")
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None, out
