@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
@@ -137,8 +137,15 @@ class Todo(models.Model):
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="todo_max_attempts_positive"),
         ]
         indexes = [
-            # claim_next, pending branch: one index descent per queue, oldest first.
-            models.Index(fields=["queue", "created_at"], condition=Q(state="pending"), name="todo_pending_claim_scan"),
+            # claim_next, pending branch: one index descent per queue, oldest first. created_at NULLS FIRST
+            # (the column is never null) so that this is the only index that yields CLAIM_NEXT's order
+            # (todos/sql.py, migration 0007).
+            models.Index(
+                F("queue"),
+                F("created_at").asc(nulls_first=True),
+                condition=Q(state="pending"),
+                name="todo_pending_claim_scan",
+            ),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
             models.Index(fields=["lease_expires_at"], condition=Q(state="claimed"), name="todo_claimed_lease_expiry"),
             # promote_due_retries and claim_next's due-retry branch.

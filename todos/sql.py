@@ -122,7 +122,11 @@ pending AS MATERIALIZED (
         SELECT t.id, t.created_at FROM todos_todo t
         WHERE t.state = 'pending' AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        ORDER BY t.created_at
+        -- NULLS FIRST (created_at is never null, so the order is the same) matches only
+        -- todo_pending_claim_scan: a plain created_at index (the admin's todo_admin_recent) cannot yield
+        -- it, so the planner can never pick that one and walk the done history at its head on every claim
+        -- (seen in a 45 s soak: 10,000 buffers a claim, throughput down by two thirds).
+        ORDER BY t.created_at NULLS FIRST
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) p
