@@ -63,6 +63,9 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "switchboard.urls"
 WSGI_APPLICATION = "switchboard.wsgi.application"
+ASGI_APPLICATION = "switchboard.asgi.application"
+# ASGI apps served beside Django, by path prefix: {"/mcp": "dotted.path.to.app"} (switchboard/asgi.py).
+ASGI_MOUNTS: dict[str, str] = {}
 
 TEMPLATES = [
     {
