@@ -15,11 +15,10 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ingest import intake, signatures
-from ingest.errors import BodyTooLarge, InvalidDelivery, SignatureInvalid, UnknownSource
+from ingest.errors import BodyTooLarge, IngestError, InvalidDelivery, SignatureInvalid, UnknownSource
 from ingest.models import Source
 from switchboard.api import STATUS_BY_CODE, error_body
 from switchboard.metrics import INGEST_DELIVERIES
-from todos.errors import QueueError
 
 logger = logging.getLogger("ingest")
 
@@ -53,7 +52,7 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
-def _error(exc: QueueError) -> JsonResponse:
+def _error(exc: IngestError) -> JsonResponse:
     status = STATUS_BY_CODE[exc.code]
     headers = {"Retry-After": "1"} if status == 503 else None
     return JsonResponse(error_body(exc.code, exc.detail, **exc.extra), status=status, headers=headers)
@@ -85,7 +84,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
             headers=verified.headers,
             routes=list(source.routes.filter(is_active=True).order_by("id")),
         )
-    except QueueError as exc:
+    except IngestError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)
         _count(source, next((outcome for kind, outcome in _REFUSED if isinstance(exc, kind)), "failed"))
         return _error(exc)

@@ -8,7 +8,6 @@ JSON columns deferred, sorting only on what an index orders.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib import admin, messages
@@ -20,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.safestring import SafeString
 
+from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator
 from todos import admin_display as show
 from todos.admin_bulk import bulk_view
@@ -36,8 +36,6 @@ from todos.admin_filters import (
 from todos.admin_ops import OPS, Op, apply
 from todos.models import Agent, Queue, Todo, TodoState
 
-TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
-EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
 MAX_SELECTED = 500
 
@@ -156,9 +154,9 @@ class TodoAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        if TODO_ID_RE.match(term):
+        if ids.is_id(term, ids.TODO):
             return queryset.filter(pk=term), False  # the primary key: one index probe
-        if EVENT_ID_RE.match(term):
+        if ids.is_id(term, ids.EVENT):
             return queryset.filter(event_id=term), False
         return queryset.filter(Q(title__icontains=term) | Q(idempotency_key=term) | Q(owner=term)), False
 
