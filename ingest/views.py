@@ -14,7 +14,7 @@ from django.db import DatabaseError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from ingest import intake, signatures
+from ingest import intake, providers
 from ingest.errors import BodyTooLarge, IngestError, InvalidDelivery, SignatureInvalid, UnknownSource
 from ingest.models import Source
 from switchboard.api import STATUS_BY_CODE, error_body
@@ -71,11 +71,13 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
     try:
         raw_body = _read_body(request, settings.INGEST_MAX_BODY_BYTES)
         source = Source.objects.filter(slug=slug, is_active=True).first()
-        if source is None:
+        provider = providers.PROVIDERS.get(source.provider) if source is not None else None
+        # A pull-only source (its provider verifies nothing) answers as if it did not exist.
+        if source is None or provider is None or not provider.accepts_webhooks:
             raise UnknownSource(f"No active source {slug!r}.")
-        verified = signatures.verify(source.provider, raw_body, request.headers, source.secrets())
-        payload = intake.parse_payload(raw_body, content_type=request.content_type or "", provider=source.provider)
-        delivery_id, event_type = signatures.identify(verified, payload)
+        verified = provider.authenticate(raw_body, request.headers, source.secrets())
+        payload = intake.parse_payload(provider.json_text(raw_body, request.content_type or ""))
+        delivery_id, event_type = provider.identify(verified, payload)
         outcome = intake.store_and_route(
             source=source.slug,
             event_type=event_type,

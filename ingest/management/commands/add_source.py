@@ -8,8 +8,6 @@ as an argument, where shell history and process lists would keep it.
 
 from __future__ import annotations
 
-import base64
-import secrets
 import sys
 from typing import Any
 
@@ -17,13 +15,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ingest.models import Provider, Route, Source
-
-
-def generate_secret(provider: str) -> str:
-    if provider == Provider.STANDARD:
-        return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-    return secrets.token_urlsafe(32)
+from ingest import providers
+from ingest.models import Route, Source
 
 
 class Command(BaseCommand):
@@ -31,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("slug")
-        parser.add_argument("--provider", required=True, choices=Provider.values)
+        parser.add_argument("--provider", required=True, choices=sorted(providers.PROVIDERS))
         parser.add_argument(
             "--route",
             nargs="+",
@@ -48,9 +41,10 @@ class Command(BaseCommand):
         if Source.objects.filter(slug=slug).exists():
             raise CommandError(f"A source {slug!r} already exists; change it in the admin.")
         generated = not options["secret_stdin"]
-        if generated and provider == Provider.STRIPE:
-            raise CommandError("Stripe makes the secret (whsec_...): pipe it in with --secret-stdin.")
-        secret = generate_secret(provider) if generated else sys.stdin.readline().strip()
+        try:
+            secret = providers.get(provider).new_secret() if generated else sys.stdin.readline().strip()
+        except ValueError as exc:  # a provider that makes its own secret (Stripe)
+            raise CommandError(str(exc)) from exc
         if not secret:
             raise CommandError("The secret read from standard input is empty.")
         for spec in options["route"]:
