@@ -30,7 +30,7 @@ class _IndexedValueFilter(admin.SimpleListFilter):
         # A skip scan of the column's (column, received_at) index: no DISTINCT over every event.
         return [(v, v) for v in distinct_values("events_event", self.column, limit=100)]
 
-    def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: Any, queryset: QuerySet[Event]) -> QuerySet[Event]:
         return queryset.filter(**{self.column: self.value()}) if self.value() else queryset
 
 
@@ -51,7 +51,7 @@ def _pretty(value: Any) -> SafeString:
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(admin.ModelAdmin[Event]):
     list_display = ("id", "source", "type", "delivery_id", "received_at")
     list_filter = (SourceFilter, TypeFilter)
     search_fields = ("id", "delivery_id")
@@ -81,7 +81,7 @@ class EventAdmin(admin.ModelAdmin):
     def has_replay_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("todos.change_todo")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         qs = super().get_queryset(request)
         match = request.resolver_match
         if match is None or match.url_name != "events_event_change":
@@ -94,7 +94,9 @@ class EventAdmin(admin.ModelAdmin):
             actions.pop("replay", None)
         return actions
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Event], search_term: str
+    ) -> tuple[QuerySet[Event], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -143,7 +145,7 @@ class EventAdmin(admin.ModelAdmin):
         return format_html("<ul>{}</ul>{}", items, more)
 
     @admin.action(description="Replay: re-run routing (runnable todos are not duplicated)", permissions=["replay"])
-    def replay(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def replay(self, request: HttpRequest, queryset: QuerySet[Event]) -> None:
         router = event_router.current()
         if router is None:
             self.message_user(request, "Replay is not available in this installation.", messages.ERROR)

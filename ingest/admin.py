@@ -21,7 +21,7 @@ from ingest.routing import render_title
 PREVIEW_EVENTS = 20
 
 
-class SourceForm(forms.ModelForm):
+class SourceForm(forms.ModelForm[Source]):
     new_secret = forms.CharField(
         label="Secret",
         required=False,
@@ -52,7 +52,8 @@ class SourceForm(forms.ModelForm):
         fields = ("slug", "provider", "is_active")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         source = self.instance
         new_secret = data.get("new_secret") or ""
         if not new_secret and not source.secret:
@@ -69,7 +70,7 @@ class SourceForm(forms.ModelForm):
         return data
 
 
-class RouteInline(admin.TabularInline):
+class RouteInline(admin.TabularInline[Route, Source]):
     model = Route
     extra = 1
     fields = ("event_pattern", "queue", "kind", "title_template", "assignee", "max_attempts", "is_active", "preview")
@@ -84,7 +85,7 @@ class RouteInline(admin.TabularInline):
 
 
 @admin.register(Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(admin.ModelAdmin[Source]):
     form = SourceForm
     inlines = [RouteInline]
     list_display = ("slug", "provider", "is_active", "webhook_path", "has_previous_secret", "route_count", "created_at")

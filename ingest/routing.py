@@ -133,6 +133,6 @@ class IngestRouter:
     def replay(self, event: Event, *, agent: Agent | None = None) -> list[Routed]:
         return replay(event, agent=agent)
 
-    def visible_sources(self, agent: Agent) -> QuerySet[Route, dict[str, Any]]:
+    def visible_sources(self, agent: Agent) -> QuerySet[Route, Any]:
         # Every route, active or not, so an agent keeps seeing the history of a route switched off.
         return Route.objects.filter(queue__like_any=agent.visible_like_patterns()).values("source__slug")

@@ -55,7 +55,7 @@ def _event_or_404(request: Request, pk: str) -> Event:
     parameters=[OpenApiParameter("source", str), OpenApiParameter("type", str)],
     responses={200: EventSummarySerializer(many=True), 400: _ERROR, 401: _ERROR, 503: _ERROR},
 )
-class EventList(generics.ListAPIView):
+class EventList(generics.ListAPIView[Event]):
     serializer_class = EventSummarySerializer
     pagination_class = EventCursorPagination
 

@@ -38,7 +38,7 @@ from todos.errors import TodoNotFound
 from todos.models import Todo, TodoState
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -54,7 +54,7 @@ def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
 
 
-class TodoListCreateApi(generics.GenericAPIView):
+class TodoListCreateApi(generics.GenericAPIView[Todo]):
     serializer_class = TodoSerializer
 
     def get_queryset(self) -> Any:
