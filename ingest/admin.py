@@ -15,6 +15,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from events.models import Event
+from ingest import providers
 from ingest.models import Route, Source
 from ingest.routing import render_title
 
@@ -56,7 +57,9 @@ class SourceForm(forms.ModelForm[Source]):
         data = self.cleaned_data
         source = self.instance
         new_secret = data.get("new_secret") or ""
-        if not new_secret and not source.secret:
+        provider = providers.PROVIDERS.get(data.get("provider") or "")
+        pulled = provider is not None and not provider.accepts_webhooks  # nothing is signed, so no secret
+        if not new_secret and not source.secret and not pulled:
             self.add_error("new_secret", "A new source needs its secret.")
             return data
         if new_secret:

@@ -132,3 +132,22 @@ def test_a_webhook_post_to_a_pull_only_source_is_404_and_stores_nothing(register
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
     assert Event.objects.count() == 0 and Todo.objects.count() == 0
+
+
+def test_add_source_for_a_pull_only_provider_needs_no_secret(registered, db):
+    out = io.StringIO()
+    call_command("add_source", "entries", "--provider", "pulled", "--route", "*", "inbox", stdout=out)
+    source = Source.objects.get()
+    assert source.secret == "" and "takes no webhooks" in out.getvalue()
+
+
+def test_the_admin_adds_a_pull_only_source_without_a_secret(registered, admin_client):
+    form = {
+        "slug": "entries",
+        "provider": "pulled",
+        "is_active": "on",
+        **{f"routes-{k}": v for k, v in (("TOTAL_FORMS", "0"), ("INITIAL_FORMS", "0"), ("MAX_NUM_FORMS", "1000"))},
+    }
+    response = admin_client.post("/admin/ingest/source/add/", form)
+    assert response.status_code == 302, response.content[:2000]
+    assert Source.objects.get().provider == "pulled"
