@@ -19,13 +19,13 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from todos.errors import QueueError
+from switchboard.errors import ApplicationError
 from todos.models import Agent, hash_token
 
 logger = logging.getLogger(__name__)
 
-# code -> HTTP status. QueueError subclasses (and ingest's errors) carry a code; this is the one place
-# that turns a code into a status.
+# code -> HTTP status. Every ApplicationError (the queue's, ingest's) carries a code; this is the one
+# place that turns a code into a status.
 STATUS_BY_CODE = {
     "invalid": 400,
     "unauthorized": 401,
@@ -154,7 +154,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     from rest_framework.views import set_rollback
 
     set_rollback()
-    if isinstance(exc, QueueError):
+    if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])
     if isinstance(exc, OperationalError | InterfaceError):
         logger.warning("database unavailable: %s", exc.__class__.__name__)

@@ -9,10 +9,15 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import django_stubs_ext
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from switchboard.logs import logging_config
+
+# Lets the generic Django classes the type checker sees (ModelAdmin[Todo], Paginator[Any]) be
+# subscripted at run time too; before any app module defines a class on them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

@@ -3,12 +3,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from switchboard import health
-from todos import dashboard
 
 urlpatterns = [
-    # Staff only (admin_view sends anyone else to the admin login).
-    path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),
-    path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
+    # The queue dashboard (staff only), before the admin's catch-all.
+    path("admin/", include("todos.admin_urls")),
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
     # Before the todos API's api/v1/ include, which would otherwise see events/ first.

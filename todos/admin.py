@@ -8,10 +8,10 @@ JSON columns deferred, sorting only on what an index orders.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -20,7 +20,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.safestring import SafeString
 
-from switchboard.admin_tools import EstimatedCountPaginator
+from switchboard import ids
+from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
 from todos import admin_display as show
 from todos.admin_bulk import bulk_view
 from todos.admin_filters import (
@@ -36,14 +37,12 @@ from todos.admin_filters import (
 from todos.admin_ops import OPS, Op, apply
 from todos.models import Agent, Queue, Todo, TodoState
 
-TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
-EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
 MAX_SELECTED = 500
 
 
 def _operator_action(op: Op) -> Any:
-    def action(modeladmin: TodoAdmin, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+    def action(modeladmin: TodoAdmin, request: HttpRequest, queryset: QuerySet[Todo]) -> HttpResponse | None:
         return modeladmin.run_op(request, queryset, op)
 
     action.__name__ = op.name
@@ -63,7 +62,7 @@ def ops_for(todo: Todo) -> list[Op]:
 
 
 @admin.register(Todo)
-class TodoAdmin(admin.ModelAdmin):
+class TodoAdmin(admin.ModelAdmin[Todo]):
     list_display = (
         "short_id",
         "queue",
@@ -121,7 +120,7 @@ class TodoAdmin(admin.ModelAdmin):
         ("Result", {"fields": ("result_json",)}),
         ("History", {"fields": ("timeline", "errors_json")}),
     )
-    readonly_fields = [f for _, opts in fieldsets for f in opts["fields"]]
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     # batches of "apply to every matching todo" (todos/admin_bulk.py)
     bulk_batch_size = 500
@@ -145,20 +144,22 @@ class TodoAdmin(admin.ModelAdmin):
         return request.user.has_perm("todos.change_todo")
 
     # --- the list -----------------------------------------------------------------------------
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Todo]:
         qs = super().get_queryset(request)
         match = request.resolver_match
         if match is None or match.url_name != "todos_todo_change":
             qs = qs.defer("payload", "result", "errors")
         return qs
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Todo], search_term: str
+    ) -> tuple[QuerySet[Todo], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
-        if TODO_ID_RE.match(term):
+        if ids.is_id(term, ids.TODO):
             return queryset.filter(pk=term), False  # the primary key: one index probe
-        if EVENT_ID_RE.match(term):
+        if ids.is_id(term, ids.EVENT):
             return queryset.filter(event_id=term), False
         return queryset.filter(Q(title__icontains=term) | Q(idempotency_key=term) | Q(owner=term)), False
 
@@ -268,7 +269,7 @@ class TodoAdmin(admin.ModelAdmin):
             ]
         return super().changelist_view(request, extra_context)
 
-    def run_op(self, request: HttpRequest, queryset: QuerySet, op: Op) -> HttpResponse | None:
+    def run_op(self, request: HttpRequest, queryset: QuerySet[Todo], op: Op) -> HttpResponse | None:
         if request.POST.get("select_across") == "1":
             # "Select all N": never one unbounded request; hand over to the batched view.
             url = reverse("admin:todos_todo_bulk", args=[op.name])
@@ -289,7 +290,11 @@ class TodoAdmin(admin.ModelAdmin):
                 },
             )
         outcome = apply(
-            op, ids, user_id=request.user.pk, operator=request.user.get_username(), note=request.POST.get("note", "")
+            op,
+            ids,
+            user_id=staff_user_id(request),
+            operator=request.user.get_username(),
+            note=request.POST.get("note", ""),
         )
         self.message_user(request, outcome.message(op), messages.SUCCESS if outcome.succeeded else messages.WARNING)
         return_to = request.POST.get("_return_to", "")
@@ -299,7 +304,7 @@ class TodoAdmin(admin.ModelAdmin):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(admin.ModelAdmin[Agent]):
     list_display = ("name", "owner", "is_active", "claim_scopes", "create_scopes", "token_prefix", "created_at")
     list_filter = ("is_active",)
     search_fields = ("name",)
@@ -343,7 +348,7 @@ class AgentAdmin(admin.ModelAdmin):
         return response
 
     @admin.action(description="Revoke (deactivate) the selected agents", permissions=["change"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         agents = list(queryset.filter(is_active=True))
         queryset.filter(pk__in=[a.pk for a in agents]).update(is_active=False)
         for agent in agents:
@@ -351,7 +356,7 @@ class AgentAdmin(admin.ModelAdmin):
         self.message_user(request, f"{len(agents)} agent(s) revoked; their tokens no longer authenticate.")
 
     @admin.action(description="Rotate token (the old one stops working)", permissions=["change"])
-    def rotate_token(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse:
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse:
         pairs = []
         for agent in queryset.order_by("name"):
             token = agent.set_new_token()
@@ -362,7 +367,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(admin.ModelAdmin[Queue]):
     """The registry of queue names (claims expand scope globs against it); created by todos/queue.py."""
 
     list_display = ("name", "created_at", "todos_link")

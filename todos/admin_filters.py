@@ -11,7 +11,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from switchboard.admin_tools import distinct_values
-from todos.models import Queue, TodoState
+from todos.models import Queue, Todo, TodoState
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -21,7 +21,7 @@ class StateFilter(admin.SimpleListFilter):
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
         return [(s.value, s.label) for s in TodoState]
 
-    def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: Any, queryset: QuerySet[Todo]) -> QuerySet[Todo]:
         if self.value() in TodoState.values:
             return queryset.filter(state=self.value())
         return queryset
@@ -34,7 +34,7 @@ class _YesNoFilter(admin.SimpleListFilter):
     def condition(self) -> Q:
         raise NotImplementedError
 
-    def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: Any, queryset: QuerySet[Todo]) -> QuerySet[Todo]:
         if self.value() == "yes":
             return queryset.filter(self.condition())
         if self.value() == "no":
@@ -78,7 +78,7 @@ class _ValueFilter(admin.SimpleListFilter):
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
         return [(v, v) for v in self.choices_from_db()]
 
-    def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: Any, queryset: QuerySet[Todo]) -> QuerySet[Todo]:
         if self.value():
             return queryset.filter(**{self.column: self.value()})
         return queryset

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
+
+from switchboard.errors import ApplicationError
 
 
-class QueueError(Exception):
-    code: ClassVar[str] = "error"
-
-    def __init__(self, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.extra = extra
+class QueueError(ApplicationError):
+    """A transition (todos/queue.py) refused: the base the queue's callers catch."""
 
 
 class TodoNotFound(QueueError):

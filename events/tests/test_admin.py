@@ -8,7 +8,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from events import admin as event_admin
+from events import router as event_router
 from events.models import Event
 from todos import queue
 
@@ -45,20 +45,21 @@ def test_event_detail_shows_payload_and_its_todos(admin_client, events):
     assert 'name="_save"' not in body
 
 
-def test_replay_action_is_hidden_until_ingest_provides_it(admin_client, events, monkeypatch):
+def test_replay_action_is_hidden_until_a_router_is_registered(admin_client, events, monkeypatch):
     url = reverse("admin:events_event_changelist")
-    monkeypatch.setattr(event_admin, "replay_function", lambda: None)
+    monkeypatch.setattr(event_router, "_router", None)
     assert b'value="replay"' not in admin_client.get(url).content
 
     replayed = []
 
-    def fake_replay(event):  # stands in for ingest.routing.replay: no database is faked here
-        replayed.append(event.id)
-        if event.delivery_id == "d3":
-            raise RuntimeError("route 4 could not make its todo")
-        return [SimpleNamespace(created=True), SimpleNamespace(created=False)]
+    class FakeRouter:  # stands in for ingest's router: no database is faked here
+        def replay(self, event, *, agent=None):
+            replayed.append(event.id)
+            if event.delivery_id == "d3":
+                raise RuntimeError("route 4 could not make its todo")
+            return [SimpleNamespace(created=True), SimpleNamespace(created=False)]
 
-    monkeypatch.setattr(event_admin, "replay_function", lambda: fake_replay)
+    event_router.register(FakeRouter())
     assert b'value="replay"' in admin_client.get(url).content
     response = admin_client.post(url, {"action": "replay", "_selected_action": [e.id for e in events]}, follow=True)
     assert sorted(replayed) == sorted(e.id for e in events)

@@ -11,7 +11,8 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from todos.api.serializers import ErrorSerializer
 
 
-class BearerTokenScheme(OpenApiAuthenticationExtension):
+# drf-spectacular registers extensions in an untyped __init_subclass__.
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "switchboard.api.BearerTokenAuthentication"
     name = "bearerAuth"
 
@@ -55,7 +56,7 @@ def documented(ok: Any, errors: tuple[int, ...], examples: list[OpenApiExample])
     return {"responses": responses, "examples": [*examples, *(_error_example(s) for s in (*errors, 503))]}
 
 
-_TODO = {
+_TODO: dict[str, Any] = {
     "id": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5",
     "queue": "github.pulls",
     "source": "github",

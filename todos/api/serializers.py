@@ -109,10 +109,12 @@ def _iso(value: datetime | None) -> str | None:
 # --- output -----------------------------------------------------------------------------------
 
 
-class TodoSerializer(serializers.ModelSerializer):
+class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
     event = serializers.CharField(source="event_id", allow_null=True, read_only=True)
-    errors = serializers.ListField(child=serializers.DictField(), read_only=True)
+    # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
+    # property is not shadowed at run time (the stub cannot know).
+    errors = serializers.ListField(child=serializers.DictField(), read_only=True)  # type: ignore[assignment]
 
     class Meta:
         model = Todo
@@ -188,16 +190,17 @@ class CreatedTodoSerializer(TodoSerializer):
         return {**super().to_representation(todo), "created": todo.created}  # type: ignore[attr-defined]
 
 
-class ClaimedSerializer(serializers.Serializer):
+class ClaimedSerializer(serializers.Serializer[Any]):
     todos = TodoSerializer(many=True)
 
 
-class ErrorBodySerializer(serializers.Serializer):
+class ErrorBodySerializer(serializers.Serializer[Any]):
     code = serializers.ChoiceField(
         choices=["not_found", "conflict", "invalid", "unauthorized", "forbidden", "too_large", "unavailable"]
     )
     detail = serializers.CharField()
-    fields = serializers.DictField(
+    # Named like Serializer.fields; the metaclass takes it off the class (see TodoSerializer.errors).
+    fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
         help_text="invalid: the messages per input field.",
@@ -206,22 +209,22 @@ class ErrorBodySerializer(serializers.Serializer):
     dead_letter = serializers.BooleanField(required=False, help_text="conflict: whether it is a dead-letter.")
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     error = ErrorBodySerializer()
 
 
-class BatchOutcomeSerializer(serializers.Serializer):
+class BatchOutcomeSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     status = serializers.IntegerField(help_text="200 done, 404 not found, 409 conflict: as the single complete.")
     todo = TodoSerializer(required=False)
     error = ErrorBodySerializer(required=False)
 
 
-class BatchCompleteResultSerializer(serializers.Serializer):
+class BatchCompleteResultSerializer(serializers.Serializer[Any]):
     outcomes = BatchOutcomeSerializer(many=True)
 
 
-class QueueStatsSerializer(serializers.Serializer):
+class QueueStatsSerializer(serializers.Serializer[Any]):
     queue = serializers.CharField()
     pending = serializers.IntegerField()
     claimed = serializers.IntegerField()
@@ -231,19 +234,20 @@ class QueueStatsSerializer(serializers.Serializer):
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
 
 
-class QueueListSerializer(serializers.Serializer):
+class QueueListSerializer(serializers.Serializer[Any]):
     queues = QueueStatsSerializer(many=True)
 
 
 # --- input ------------------------------------------------------------------------------------
 
 
-class TodoCreateInput(serializers.Serializer):
+class TodoCreateInput(serializers.Serializer[Any]):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     payload = BoundedJSONField(required=False, default=dict)
-    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    # Named like Field.source; the metaclass takes it off the class (see TodoSerializer.errors).
+    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")  # type: ignore[assignment]
     idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True, default=None)
     assignee = serializers.CharField(
         max_length=100, required=False, allow_null=True, default=None, help_text="Only this agent may claim it."
@@ -251,7 +255,7 @@ class TodoCreateInput(serializers.Serializer):
     max_attempts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None)
 
 
-class TodoListFilter(serializers.Serializer):
+class TodoListFilter(serializers.Serializer[Any]):
     queue = serializers.CharField(max_length=200, required=False)
     state = serializers.ChoiceField(choices=["pending", "claimed", "done", "failed"], required=False)
     kind = serializers.CharField(max_length=100, required=False)
@@ -259,7 +263,7 @@ class TodoListFilter(serializers.Serializer):
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
-class ClaimNextInput(serializers.Serializer):
+class ClaimNextInput(serializers.Serializer[Any]):
     queues = serializers.ListField(
         child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
         required=False,
@@ -274,22 +278,22 @@ class ClaimNextInput(serializers.Serializer):
     worker = _worker_field()
 
 
-class ClaimOneInput(serializers.Serializer):
+class ClaimOneInput(serializers.Serializer[Any]):
     lease_seconds = LeaseSecondsField()
     worker = _worker_field()
 
 
-class HeartbeatInput(serializers.Serializer):
+class HeartbeatInput(serializers.Serializer[Any]):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
 
 
-class CompleteInput(serializers.Serializer):
+class CompleteInput(serializers.Serializer[Any]):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class FailInput(serializers.Serializer):
+class FailInput(serializers.Serializer[Any]):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
     retry_in_seconds = serializers.FloatField(
@@ -302,22 +306,23 @@ class FailInput(serializers.Serializer):
     )
 
 
-class ReleaseInput(serializers.Serializer):
+class ReleaseInput(serializers.Serializer[Any]):
     lease_id = _lease_id_field()
 
 
-class RetryInput(serializers.Serializer):
+class RetryInput(serializers.Serializer[Any]):
     mode = serializers.ChoiceField(
         choices=["reset", "once"], help_text="reset: a full new budget (attempt = 0); once: exactly one more try."
     )
     note = serializers.CharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
 
 
-class BatchItemInput(serializers.Serializer):
+class BatchItemInput(serializers.Serializer[Any]):
     id = serializers.CharField(max_length=40)
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class BatchCompleteInput(serializers.Serializer):
-    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)
+class BatchCompleteInput(serializers.Serializer[Any]):
+    # many=True makes a ListSerializer, which takes max_length; the stub types the child's __init__.
+    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]

@@ -4,7 +4,6 @@ write state. Errors are raised and rendered by switchboard.api.exception_handler
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -14,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from switchboard import ids
 from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
 from todos import listen, queue, selectors
 from todos.api import schema as docs
@@ -37,19 +37,15 @@ from todos.api.serializers import (
 from todos.errors import TodoNotFound
 from todos.models import Todo, TodoState
 
-# Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
-# byte would make PostgreSQL refuse the statement).
-TODO_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
-
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
 
 def _todo_id(todo_id: str) -> str:
-    if not TODO_ID_RE.fullmatch(todo_id):
+    if not ids.is_id(todo_id, ids.TODO):
         raise TodoNotFound(f"No todo {todo_id[:40]!r}.")
     return todo_id
 
@@ -58,7 +54,7 @@ def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
 
 
-class TodoListCreateApi(generics.GenericAPIView):
+class TodoListCreateApi(generics.GenericAPIView[Todo]):
     serializer_class = TodoSerializer
 
     def get_queryset(self) -> Any:
