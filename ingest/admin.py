@@ -15,7 +15,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from events.models import Event
-from ingest.models import Route, Source
+from ingest.models import Provider, Route, Source
 from ingest.routing import render_title
 
 PREVIEW_EVENTS = 20
@@ -55,7 +55,7 @@ class SourceForm(forms.ModelForm):
         data = super().clean()
         source = self.instance
         new_secret = data.get("new_secret") or ""
-        if not new_secret and not source.secret:
+        if not new_secret and not source.secret and data.get("provider") != Provider.STREAM:
             self.add_error("new_secret", "A new source needs its secret.")
             return data
         if new_secret:

@@ -20,6 +20,9 @@ class Provider(models.TextChoices):
     STRIPE = "stripe", "Stripe (Stripe-Signature)"
     STANDARD = "standard", "Standard Webhooks (webhook-signature)"
     HMAC = "hmac", "Plain HMAC-SHA256 (X-Signature-256)"
+    # Pulled, not pushed: manage.py consume_stream reads its entries from Redis. It takes no webhook
+    # (there is no signature to check), and its secret is unused.
+    STREAM = "stream", "Redis Stream (manage.py consume_stream; no webhook)"
 
 
 class Source(models.Model):

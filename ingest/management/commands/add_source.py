@@ -47,11 +47,13 @@ class Command(BaseCommand):
         slug, provider = options["slug"], options["provider"]
         if Source.objects.filter(slug=slug).exists():
             raise CommandError(f"A source {slug!r} already exists; change it in the admin.")
-        generated = not options["secret_stdin"]
+        # A stream source is read by manage.py consume_stream: no webhook, so no secret to share.
+        pulled = provider == Provider.STREAM
+        generated = not options["secret_stdin"] and not pulled
         if generated and provider == Provider.STRIPE:
             raise CommandError("Stripe makes the secret (whsec_...): pipe it in with --secret-stdin.")
-        secret = generate_secret(provider) if generated else sys.stdin.readline().strip()
-        if not secret:
+        secret = "" if pulled else generate_secret(provider) if generated else sys.stdin.readline().strip()
+        if not secret and not pulled:
             raise CommandError("The secret read from standard input is empty.")
         for spec in options["route"]:
             if not 2 <= len(spec) <= 4:
@@ -67,7 +69,7 @@ class Command(BaseCommand):
             for spec in options["route"]
         ]
         try:
-            source.full_clean()
+            source.full_clean(exclude=["secret"] if pulled else None)
             for route in routes:
                 route.full_clean(exclude=["source"])
         except ValidationError as exc:
@@ -78,7 +80,10 @@ class Command(BaseCommand):
                 route.source = source
                 route.save()
         self.stdout.write(f"Source {slug} ({provider}) with {len(routes)} route(s).")
-        self.stdout.write(f"Webhook URL path: {source.webhook_path}  (content type application/json)")
+        if pulled:
+            self.stdout.write(f"Consume it with: manage.py consume_stream --stream NAME --group GROUP --source {slug}")
+        else:
+            self.stdout.write(f"Webhook URL path: {source.webhook_path}  (content type application/json)")
         if generated:
             self.stdout.write("Secret (shown once; give it to the provider):")
             self.stdout.write(secret)
