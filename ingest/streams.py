@@ -113,11 +113,17 @@ def parse_entry(stream: str, entry_id: str, fields: Fields | None, *, max_bytes:
     return StreamEvent(entry_id=entry_id, delivery_id=delivery_id, event_type=event_type, payload=payload)
 
 
+# What one entry can raise without the database being at fault: a route that cannot make its todo, a
+# redelivery whose original keeps vanishing, a value PostgreSQL refuses. A DatabaseError beyond these
+# (an outage) fails the whole batch.
+_ENTRY_ERRORS = (RoutingFailed, DeliveryBusy, IntegrityError, DataError)
+
+
 def store_batch(
     *, stream: str, source: str, routes: list[Route], entries: list[tuple[str, Fields | None]], max_bytes: int
 ) -> BatchResult:
-    """Parse the entries and store the good ones in ONE transaction (an entry's event and todos in its own
-    savepoint). A database outage raises (DatabaseError) and the whole batch is unstored and unacked."""
+    """Parse the entries and store the good ones in ONE transaction. A database outage raises
+    (DatabaseError): the whole batch is then unstored, and the caller acks nothing."""
     result = BatchResult(read=len(entries))
     events: list[StreamEvent] = []
     for entry_id, fields in entries:
@@ -129,31 +135,48 @@ def store_batch(
     result.rejected = len(result.rejects)
     if not events:
         return result
-    headers = {"stream": stream}
-    with transaction.atomic():
-        for event in events:
-            try:
-                outcome = intake.store_and_route(
-                    source=source,
-                    event_type=event.event_type,
-                    delivery_id=event.delivery_id,
-                    payload=event.payload,
-                    headers={**headers, "entry_id": event.entry_id},
-                    routes=routes,
-                )
-            except (RoutingFailed, DeliveryBusy, IntegrityError, DataError) as exc:
-                # This entry's savepoint rolled back; the rest of the batch goes on. Left pending, it is
-                # retried after --claim-idle-ms: the entry is fine, our configuration (or luck) is not.
-                detail = exc.detail if isinstance(exc, QueueError) else exc.__class__.__name__
-                logger.warning("stream entry not stored stream=%r entry=%s: %s", stream, event.entry_id, detail)
-                result.failed += 1
-                continue
-            result.acked.append(event.entry_id)
-            if outcome.duplicate:
-                result.duplicate += 1
-            else:
-                result.stored += 1
+    try:
+        # The common case, every entry storable: no savepoints (two round trips fewer per entry).
+        with transaction.atomic():
+            _store(stream, source, routes, events, result, savepoints=False)
+    except _ENTRY_ERRORS:
+        # One entry cannot be stored and it aborted the batch: store it again, an entry per savepoint,
+        # so that the others still go in and only that one stays pending.
+        result.stored = result.duplicate = result.failed = 0
+        del result.acked[result.rejected :]
+        with transaction.atomic():
+            _store(stream, source, routes, events, result, savepoints=True)
     return result
+
+
+def _store(
+    stream: str, source: str, routes: list[Route], events: list[StreamEvent], result: BatchResult, *, savepoints: bool
+) -> None:
+    for event in events:
+        try:
+            outcome = intake.store_and_route(
+                source=source,
+                event_type=event.event_type,
+                delivery_id=event.delivery_id,
+                payload=event.payload,
+                headers={"stream": stream, "entry_id": event.entry_id},
+                routes=routes,
+                savepoint=savepoints,
+            )
+        except _ENTRY_ERRORS as exc:
+            if not savepoints:
+                raise
+            # This entry's savepoint rolled back; the rest of the batch goes on. Left pending, it is
+            # retried after --claim-idle-ms: the entry is fine, our configuration (or luck) is not.
+            detail = exc.detail if isinstance(exc, QueueError) else exc.__class__.__name__
+            logger.warning("stream entry not stored stream=%r entry=%s: %s", stream, event.entry_id, detail)
+            result.failed += 1
+            continue
+        result.acked.append(event.entry_id)
+        if outcome.duplicate:
+            result.duplicate += 1
+        else:
+            result.stored += 1
 
 
 def rejected_record(rejected: Rejected, *, stream: str, group: str, consumer: str) -> dict[str, str | bytes]:
