@@ -229,7 +229,7 @@ class StreamConsumer:
         self.pending_from: str | None = "0"  # re-read own pending entries from this id; None: read new ones
         self.claim_cursor = "0-0"
         self.next_claim_at = 0.0
-        self.routes: list[Route] | None = None  # None: the source is inactive or gone
+        self.routes: list[Route] | None = []  # None: the source is inactive or gone
         self.routes_at = -ROUTES_REFRESH_SECONDS
 
     def ensure_group(self) -> None:
@@ -252,6 +252,10 @@ class StreamConsumer:
         now = time.monotonic()
         if now - self.routes_at >= ROUTES_REFRESH_SECONDS:
             active = Source.objects.filter(slug=self.source, is_active=True, provider=Provider.STREAM).exists()
+            if active != (self.routes is not None):
+                logger.warning(
+                    "stream source %r is %s", self.source, "active: reading" if active else "inactive: reading nothing"
+                )
             self.routes = active_routes(self.source) if active else None
             self.routes_at = now
         return self.routes

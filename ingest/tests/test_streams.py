@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection
 
 from events.models import Event
@@ -248,8 +248,10 @@ def test_an_inactive_source_reads_nothing_and_the_entries_wait(redis_server, red
 @pytest.mark.django_db(transaction=True)
 def test_consume_stream_refuses_a_source_that_is_not_a_stream(redis_server, make_source):
     make_source("gh", "github")
-    with pytest.raises(Exception, match="of provider 'stream'"):
+    with pytest.raises(CommandError, match="of provider 'github', not 'stream'"):
         drain(redis_server, source="gh")
+    with pytest.raises(CommandError, match="No source 'nope'"):
+        drain(redis_server, source="nope")
 
 
 @pytest.mark.django_db

@@ -14,6 +14,7 @@ import random
 import signal
 import socket
 import threading
+import time
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +30,9 @@ logger = logging.getLogger("ingest.streams")
 # Backoff after a failed pass (Redis or the database unreachable): full jitter over a doubling step.
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_CAP_SECONDS = 10.0
+# How often the loop lets Django retire its connection (CONN_MAX_AGE) and health-check it again: not
+# every pass, since the check is a round trip, and at batch 1 a pass is a single entry.
+CONNECTION_CHECK_SECONDS = 1.0
 
 
 def _redis_client(url: str, block_ms: int) -> Any:
@@ -46,6 +50,10 @@ def _redis_client(url: str, block_ms: int) -> Any:
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
     )
+
+
+def _backoff(failures: int) -> float:
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**failures))  # noqa: S311 (jitter, not a secret)
 
 
 def _where(client: Any) -> str:
@@ -82,9 +90,11 @@ class Command(BaseCommand):
         for name in ("batch", "block_ms", "claim_idle_ms"):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1.")
-        source = Source.objects.filter(slug=options["source"]).first()
-        if source is None or source.provider != Provider.STREAM:
-            raise CommandError(f"No source {options['source']!r} of provider 'stream'; create it with add_source.")
+        source = self.find_source(options["source"])
+        if source is None:
+            return  # stopped while waiting for the database
+        if source.provider != Provider.STREAM:
+            raise CommandError(f"The source {source.slug!r} is of provider {source.provider!r}, not 'stream'.")
         client = _redis_client(options["redis_url"] or settings.STREAM_REDIS_URL, options["block_ms"])
         consumer = StreamConsumer(
             client,
@@ -99,8 +109,6 @@ class Command(BaseCommand):
             rejected_maxlen=settings.STREAM_REJECTED_MAXLEN,
             max_bytes=settings.INGEST_MAX_BODY_BYTES,
         )
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._stop)
         port = options["metrics_port"] if options["metrics_port"] is not None else settings.STREAM_METRICS_PORT
         if port:
             from prometheus_client import REGISTRY, start_http_server
@@ -116,8 +124,31 @@ class Command(BaseCommand):
             consumer.source,
             consumer.batch,
         )
-        self.loop(consumer, drain=options["drain"])
+        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.loop(consumer, drain=options["drain"])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         logger.info("stream consumer stopped consumer=%r", consumer.consumer)
+
+    def find_source(self, slug: str) -> Source | None:
+        """The configured source; while PostgreSQL is unreachable, wait for it (a sidecar started
+        before its database should not crash-loop). Raises CommandError if there is no such source."""
+        failures = 0
+        while True:
+            try:
+                source = Source.objects.filter(slug=slug).first()
+            except DatabaseError as exc:
+                failures += 1
+                logger.warning("stream consumer cannot read its source yet: %s", exc.__class__.__name__)
+                close_old_connections()
+                if self.stopping.wait(_backoff(failures)):
+                    return None
+                continue
+            if source is None:
+                raise CommandError(f"No source {slug!r}; create it with add_source --provider stream.")
+            return source
 
     def _stop(self, signum: int, frame: Any) -> None:
         # Checked between batches: the one in hand is stored and acked first.
@@ -128,8 +159,11 @@ class Command(BaseCommand):
 
         failures = 0
         group_ready = False
+        next_connection_check = 0.0
         while not self.stopping.is_set():
-            close_old_connections()
+            if time.monotonic() >= next_connection_check:
+                close_old_connections()
+                next_connection_check = time.monotonic() + CONNECTION_CHECK_SECONDS
             try:
                 if not group_ready:
                     consumer.ensure_group()
@@ -146,7 +180,7 @@ class Command(BaseCommand):
             except (RedisError, DatabaseError) as exc:
                 cause = "redis" if isinstance(exc, RedisError) else "database"
                 failures += 1
-                delay = random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**failures))  # noqa: S311 (jitter)
+                delay = _backoff(failures)
                 logger.warning(
                     "stream consumer pass failed stream=%r cause=%s error=%s; retrying in %.1fs",
                     consumer.stream,
@@ -157,6 +191,7 @@ class Command(BaseCommand):
                 metrics.STREAM_ERRORS.labels(stream=consumer.stream, cause=cause).inc()
                 consumer.lost_track()
                 close_old_connections()
+                next_connection_check = 0.0
                 self.stopping.wait(delay)
                 continue
             if failures:
