@@ -269,3 +269,19 @@ def test_add_source_makes_a_stream_source_without_a_secret():
     source = Source.objects.get(slug="clicks")
     assert (source.provider, source.secret) == ("stream", "")
     assert "consume_stream" in out.getvalue() and "Secret" not in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_admin_adds_a_stream_source_without_a_secret(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", "root@example.com", None))
+    form = {
+        "slug": "clicks",
+        "provider": "stream",
+        "is_active": "on",
+        "routes-TOTAL_FORMS": "0",
+        "routes-INITIAL_FORMS": "0",
+        "routes-MIN_NUM_FORMS": "0",
+        "routes-MAX_NUM_FORMS": "1000",
+    }
+    assert client.post("/admin/ingest/source/add/", form).status_code == 302
+    assert Source.objects.get(slug="clicks").provider == "stream"
