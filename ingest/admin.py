@@ -55,7 +55,7 @@ class SourceForm(forms.ModelForm):
         data = super().clean()
         source = self.instance
         new_secret = data.get("new_secret") or ""
-        if not new_secret and not source.secret and data.get("provider") != Provider.STREAM:
+        if not new_secret and not source.secret and self.cleaned_data.get("provider") != Provider.STREAM:
             self.add_error("new_secret", "A new source needs its secret.")
             return data
         if new_secret:
