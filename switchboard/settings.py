@@ -200,6 +200,17 @@ REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)
 
+# --- Ingest (Redis Streams: manage.py consume_stream) ---------------------------------------------
+# The Redis the consumer reads from when --redis-url is not given (an environment variable keeps a
+# password out of the process list). An entry over INGEST_MAX_BODY_BYTES (all fields) is rejected.
+STREAM_REDIS_URL = env.str("STREAM_REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Where rejected entries are recorded (a Redis stream beside the one consumed; {stream} is its name),
+# trimmed to about this many entries.
+STREAM_REJECTED_STREAM = env.str("STREAM_REJECTED_STREAM", default="{stream}:rejected")
+STREAM_REJECTED_MAXLEN = env.int("STREAM_REJECTED_MAXLEN", default=10000)
+# The consumer serves its own counters and gauges on this port (0 = off), as the reaper does.
+STREAM_METRICS_PORT = env.int("STREAM_METRICS_PORT", default=0)
+
 # --- Security (production values unless DEBUG) ----------------------------------------------
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]

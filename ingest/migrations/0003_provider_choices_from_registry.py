@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ingest', '0001_initial'),
+        ('ingest', '0002_stream_provider'),
     ]
 
     operations = [

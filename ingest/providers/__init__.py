@@ -8,13 +8,13 @@ and the admin all read ``PROVIDERS``.
 
 from __future__ import annotations
 
-from ingest.providers import github, hmac, standard, stripe
+from ingest.providers import github, hmac, standard, stream, stripe
 from ingest.providers.base import Provider, Verified
 
 __all__ = ["PROVIDERS", "Provider", "Verified", "choices", "get"]
 
 PROVIDERS: dict[str, Provider] = {
-    p.name: p for p in (github.PROVIDER, stripe.PROVIDER, standard.PROVIDER, hmac.PROVIDER)
+    p.name: p for p in (github.PROVIDER, stripe.PROVIDER, standard.PROVIDER, hmac.PROVIDER, stream.PROVIDER)
 }
 
 
