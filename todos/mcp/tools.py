@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 from mcp import types
 from rest_framework import serializers
@@ -63,7 +64,7 @@ _STR = {"type": "string"}
 _NUM = {"type": "number"}
 _ID = {"type": "string", "description": "Todo id (td_...)."}
 _LEASE_ID = {"type": "string", "description": "Receipt from claim."}
-_LEASE_SECONDS = {"type": "number", "description": "Lease length; default 300."}
+_LEASE_SECONDS = {"type": "number", "description": f"Lease seconds; default {settings.QUEUE_DEFAULT_LEASE_SECONDS}."}
 
 # The todo as TodoSerializer renders it (every REST field is there). Only what an agent needs to act is
 # typed, to keep the list small; test_mcp_tools checks these names are REST's.
