@@ -111,7 +111,14 @@ class McpEndpoint:
 
     async def startup(self) -> None:
         # A session manager runs once; a fresh one per start lets tests start and stop the endpoint.
-        self._manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True)
+        self._manager = StreamableHTTPSessionManager(
+            app=self.server,
+            stateless=True,
+            # One JSON answer per POST: the tools send no progress or server requests mid-call.
+            json_response=True,
+            # REST's request size limit, so a body the API refuses is refused here too.
+            max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        )
         self._stack = contextlib.AsyncExitStack()
         await self._stack.enter_async_context(self._manager.run())
 

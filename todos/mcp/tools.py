@@ -234,7 +234,8 @@ TOOLS: dict[str, Tool] = {
             _input(
                 {
                     "queue": _STR,
-                    "state": {"enum": ["pending", "claimed", "done", "failed"]},
+                    # REST's filter's choices, so a state added there (scheduled, cancelled) is offered here.
+                    "state": {"enum": list(TodoListFilter().fields["state"].choices)},
                     "kind": _STR,
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
                 }

@@ -250,6 +250,17 @@ def test_bad_arguments_are_invalid_naming_the_field_and_change_nothing(
     assert Todo.objects.count() == 1
 
 
+def test_a_payload_over_the_limit_is_too_large_and_creates_nothing(mcp_base, agent, settings):
+    big = "x" * (settings.MAX_PAYLOAD_BYTES + 1)
+
+    async def scenario(client: Any) -> Any:
+        return error(await client.call_tool("create_for", {"queue": "jobs", "payload": {"blob": big}}))
+
+    refused = run(mcp_base, agent.token, scenario)
+    assert refused["code"] == "too_large" and "payload" in refused["fields"]
+    assert not Todo.objects.exists()
+
+
 # --- authentication ---------------------------------------------------------------------------
 
 
