@@ -62,6 +62,8 @@ def build_server() -> Server[Any]:
         "switchboard",
         title="Switchboard",
         instructions=INSTRUCTIONS,
+        # Read directly, so a 2026-07-28 call's header check does not run tools/list each time.
+        get_tool_input_schema=lambda name: tool.input_schema if (tool := tools.TOOLS.get(name)) else None,
         on_list_tools=_list_tools,
         on_call_tool=_call_tool,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -235,7 +235,7 @@ TOOLS: dict[str, Tool] = {
                 {
                     "queue": _STR,
                     # REST's filter's choices, so a state added there (scheduled, cancelled) is offered here.
-                    "state": {"enum": list(TodoListFilter().fields["state"].choices)},
+                    "state": {"enum": list(cast(serializers.ChoiceField, TodoListFilter().fields["state"]).choices)},
                     "kind": _STR,
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
                 }
