@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,23 @@ def database_url() -> str:
     return f"postgres://{s['USER']}@/{s['NAME']}?host={s['HOST']}"
 
 
-@pytest.fixture(scope="module")
-def mcp_base(django_db_setup: None) -> Iterator[str]:
-    """http://127.0.0.1:PORT of a uvicorn process serving the whole ASGI app (Django and /mcp)."""
+def _wait_until_up(server: subprocess.Popen[bytes], base: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/healthz", timeout=5):  # noqa: S310 (a local test server)
+                return
+        except OSError:
+            if server.poll() is not None:
+                raise AssertionError("the server exited (MCP_TEST_SERVER_LOG=1 shows its log)") from None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@contextmanager
+def live_server(command: list[str]) -> Iterator[str]:
+    """Runs ``command`` (given the port as {port}) against the test database; yields its base URL."""
     port = _free_port()
     env = {
         **os.environ,
@@ -47,16 +61,7 @@ def mcp_base(django_db_setup: None) -> Iterator[str]:
         "API_TOKEN_CACHE_SECONDS": "0",
     }
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "switchboard.asgi:application",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
+        [part.format(port=port) for part in command],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -64,17 +69,7 @@ def mcp_base(django_db_setup: None) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/healthz", timeout=5):  # noqa: S310 (a local test server)
-                    break
-            except OSError:
-                if server.poll() is not None:
-                    raise AssertionError("the server exited (MCP_TEST_SERVER_LOG=1 shows its log)") from None
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        _wait_until_up(server, base)
         yield base
     finally:
         server.send_signal(signal.SIGTERM)
@@ -83,6 +78,30 @@ def mcp_base(django_db_setup: None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+UVICORN = [sys.executable, "-m", "uvicorn", "switchboard.asgi:application", "--port", "{port}", "--log-level", "error"]
+GUNICORN_UVICORN = [
+    sys.executable,
+    "-m",
+    "gunicorn",
+    "switchboard.asgi:application",
+    "--worker-class",
+    "uvicorn_worker.UvicornWorker",
+    "--workers",
+    "2",
+    "--bind",
+    "127.0.0.1:{port}",
+    "--log-level",
+    "error",
+]
+
+
+@pytest.fixture(scope="module")
+def mcp_base(django_db_setup: None) -> Iterator[str]:
+    """http://127.0.0.1:PORT of a uvicorn process serving the whole ASGI app (Django and /mcp)."""
+    with live_server(UVICORN) as base:
+        yield base
 
 
 @asynccontextmanager

@@ -19,7 +19,7 @@ from todos import queue
 from todos.api.serializers import TodoCreateInput, TodoSerializer
 from todos.mcp import tools
 from todos.models import Agent, Todo, TodoState
-from todos.tests.mcp_live import mcp_base, mcp_client
+from todos.tests.mcp_live import GUNICORN_UVICORN, live_server, mcp_base, mcp_client
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
 
@@ -318,3 +318,18 @@ def test_each_handshake_revision_negotiates_and_calls_tools_over_raw_json_rpc(mc
     if "structuredContent" in result:
         assert result["structuredContent"]["todo"]["state"] == "claimed"
     assert Todo.objects.get().state == TodoState.CLAIMED
+
+
+def test_gunicorn_with_two_uvicorn_workers_serves_a_todo_across_both(agent, make_todo):
+    """Stateless: each POST may land on either worker process, and a todo's life still holds together."""
+    todo = make_todo("jobs")
+    with live_server(GUNICORN_UVICORN) as base:
+
+        async def scenario(client: Any) -> Any:
+            held = ok(await client.call_tool("claim", {}))["todo"]
+            for _ in range(6):
+                ok(await client.call_tool("heartbeat", {"id": held["id"], "lease_id": held["lease_id"]}))
+            return ok(await client.call_tool("complete", {"id": held["id"], "lease_id": held["lease_id"]}))
+
+        done = run(base, agent.token, scenario, mode="legacy")
+    assert done["todo"]["id"] == todo.id and done["todo"]["state"] == "done"
