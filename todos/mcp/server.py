@@ -51,7 +51,7 @@ async def _list_tools(
 
 
 async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-    agent = ctx.request.scope[AGENT_SCOPE_KEY] if ctx.request is not None else None
+    agent = ctx.request.scope.get(AGENT_SCOPE_KEY) if ctx.request is not None else None
     if not isinstance(agent, Agent):  # cannot happen behind McpEndpoint; refuse rather than act as nobody
         return tools.error_result(error_body("unauthorized", "No agent."))
     return await tools.call(params.name, agent, params.arguments)
