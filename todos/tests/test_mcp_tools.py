@@ -250,6 +250,13 @@ def test_bad_arguments_are_invalid_naming_the_field_and_change_nothing(
     assert Todo.objects.count() == 1
 
 
+def test_an_unknown_tool_is_a_not_found_tool_error(mcp_base, agent):
+    async def scenario(client: Any) -> Any:
+        return error(await client.call_tool("delete_everything", {}))
+
+    assert run(mcp_base, agent.token, scenario)["code"] == "not_found"
+
+
 def test_a_payload_over_the_limit_is_too_large_and_creates_nothing(mcp_base, agent, settings):
     big = "x" * (settings.MAX_PAYLOAD_BYTES + 1)
 
