@@ -70,7 +70,10 @@ ROOT_URLCONF = "switchboard.urls"
 WSGI_APPLICATION = "switchboard.wsgi.application"
 ASGI_APPLICATION = "switchboard.asgi.application"
 # ASGI apps served beside Django, by path prefix: {"/mcp": "dotted.path.to.app"} (switchboard/asgi.py).
-ASGI_MOUNTS: dict[str, str] = {}
+ASGI_MOUNTS: dict[str, str] = {
+    "/mcp": "todos.mcp.server.application",
+    "/.well-known/oauth-protected-resource": "todos.mcp.server.resource_metadata",
+}
 
 TEMPLATES = [
     {
