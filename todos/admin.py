@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 
 from switchboard.admin_tools import EstimatedCountPaginator
 from todos import admin_display as show
+from todos import states
 from todos.admin_bulk import bulk_view
 from todos.admin_filters import (
     AssigneeFilter,
@@ -34,7 +35,7 @@ from todos.admin_filters import (
     StateFilter,
 )
 from todos.admin_ops import OPS, Op, apply
-from todos.models import Agent, Queue, Todo, TodoState
+from todos.models import Agent, Queue, Todo
 
 TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
 EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
@@ -52,7 +53,7 @@ def _operator_action(op: Op) -> Any:
 
 def ops_for(todo: Todo) -> list[Op]:
     """The actions whose guard this todo passes now (the detail page offers only those)."""
-    label = show.state_label(todo)
+    label = states.label(todo)
     names = {
         "dead-letter": ["retry_reset", "retry_once", "discard"],
         "retry-waiting": ["retry_now", "discard"],
@@ -182,9 +183,9 @@ class TodoAdmin(admin.ModelAdmin):
 
     @admin.display(description="lease expiry / next retry")
     def due(self, obj: Todo) -> str:
-        if obj.state == TodoState.CLAIMED:
+        if states.CLAIMED.holds(obj):
             return f"lease {show.relative(obj.lease_expires_at)}"
-        if obj.state == TodoState.FAILED and obj.next_retry_at is not None:
+        if states.RETRY_WAITING.holds(obj):
             return f"retry {show.relative(obj.next_retry_at)}"
         return "—"
 

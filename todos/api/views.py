@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
-from todos import listen, queue, selectors
+from todos import listen, queue, selectors, states
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -35,7 +35,7 @@ from todos.api.serializers import (
     TodoSerializer,
 )
 from todos.errors import TodoNotFound
-from todos.models import Todo, TodoState
+from todos.models import Todo
 
 # Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
 # byte would make PostgreSQL refuse the statement).
@@ -71,7 +71,7 @@ class TodoListCreateApi(generics.GenericAPIView):
         if filters.get("dead") is True:
             todos = todos.dead_lettered()
         elif filters.get("dead") is False:
-            todos = todos.exclude(state=TodoState.FAILED, next_retry_at__isnull=True)
+            todos = todos.exclude(states.DEAD_LETTER.q)
         return todos
 
     @extend_schema(
