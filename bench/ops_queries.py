@@ -53,14 +53,15 @@ SEED = [
              WHEN i <= %(done)s + %(pending)s THEN 'pending'
              WHEN i <= %(done)s + %(pending)s + %(claimed)s THEN 'claimed'
              ELSE 'failed' END,
-        NULL,
+        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'worker' END,
         CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s
              THEN now() + interval '5 minutes' END,
         1, 5, NULL,
         now() - (i %% 336) * interval '1 hour', now() - (i %% 2880) * interval '1 hour', NULL,
         CASE WHEN i <= %(done)s THEN now() - (i %% 336) * interval '1 hour' END,
         CASE WHEN i > %(done)s + %(pending)s + %(claimed)s AND i %% 6 = 0 THEN now() + interval '1 hour' END,
-        NULL, '[]'
+        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'ls_' || i END,
+        '[]'
     FROM generate_series(1, %(rows)s) i""",
 ]
 

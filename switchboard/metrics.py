@@ -117,11 +117,11 @@ def render_latest() -> bytes:
     if directory:
         from prometheus_client.multiprocess import MultiProcessCollector
 
-        MultiProcessCollector(registry, path=directory)
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_DefaultRegistry())  # type: ignore[arg-type]  # duck-typed collector
+        registry.register(_DefaultRegistry())
     for collector in _scrape_collectors:
-        registry.register(collector)  # type: ignore[arg-type]  # duck-typed collector
+        registry.register(collector)
     return generate_latest(registry)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -86,7 +87,7 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
     return sorted(queues.values(), key=lambda q: q.name), now
 
 
-def chart_svg_bars(done: list[int], failed: list[int], *, width: int = 240, height: int = 40) -> dict:
+def chart_svg_bars(done: list[int], failed: list[int], *, width: int = 240, height: int = 40) -> dict[str, Any]:
     """Geometry for a small server-rendered bar chart (templates/admin/dashboard.html draws it)."""
     peak = max([*done, *failed, 1])
     n = len(done)

@@ -52,7 +52,8 @@ class LikeAny(models.Lookup):
     lookup_name = "like_any"
     prepare_rhs = False
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    # The stubs narrow a lookup's params to str | int; this one binds a list (a text[] parameter).
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         lhs, lhs_params = self.process_lhs(compiler, connection)
         return f"{lhs} LIKE ANY(%s::text[])", [*lhs_params, list(self.rhs)]
 

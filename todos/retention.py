@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -76,22 +77,22 @@ def purge(
     return PurgeResult(done=done, dead=dead, events=events, stopped=stop())
 
 
-def _delete_in_batches(statement: str, params: dict[str, object], kind: str, stop: Callable[[], bool]) -> int:
+def _delete_in_batches(statement: str, params: dict[str, Any], kind: str, stop: Callable[[], bool]) -> int:
     deleted = 0
     while True:
         with connection.cursor() as cursor:
             cursor.execute(statement, params)
-            n = cursor.rowcount
+            n: int = cursor.rowcount
         deleted += n
         PURGED.labels(kind=kind).inc(n)
         # Fewer than a batch: nothing older is left (or the rest is locked right now: next run).
-        if n < params["batch"] or stop():  # type: ignore[operator]
+        if n < params["batch"] or stop():
             return deleted
 
 
-def _purge_events(params: dict[str, object], stop: Callable[[], bool]) -> int:
+def _purge_events(params: dict[str, Any], stop: Callable[[], bool]) -> int:
     deleted = 0
-    after: tuple[object, str] = ("-infinity", "")
+    after: tuple[Any, str] = ("-infinity", "")
     while not stop():
         with connection.cursor() as cursor:
             cursor.execute(sql.EVENT_PAGE, {**params, "after_at": after[0], "after_id": after[1]})
@@ -99,11 +100,11 @@ def _purge_events(params: dict[str, object], stop: Callable[[], bool]) -> int:
             if not page:
                 break
             cursor.execute(sql.PURGE_EVENTS, {"ids": [event_id for event_id, _ in page]})
-            n = cursor.rowcount
+            n: int = cursor.rowcount
         deleted += n
         PURGED.labels(kind="event").inc(n)
         after = (page[-1][1], page[-1][0])
-        if len(page) < params["batch"]:  # type: ignore[operator]
+        if len(page) < params["batch"]:
             break
     return deleted
 

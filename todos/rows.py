@@ -31,14 +31,15 @@ def server_cursor(db: BaseDatabaseWrapper | None = None) -> CursorWrapper:
     db.ensure_connection()
     db.validate_thread_sharing()
     raw = psycopg.Cursor(db.connection)
-    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
+    # The stubs say these wrap a CursorWrapper; Django passes them the driver's cursor, as here.
+    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)  # type: ignore[arg-type]
 
 
 def _field_positions() -> tuple[list[int], list[tuple[int, Any]]]:
     """Where each of the model's concrete fields sits among sql.TODO_COLUMNS, and which need decoding."""
     columns = [c.strip() for c in sql.TODO_COLUMNS.split(",")]
     fields = Todo._meta.concrete_fields
-    order = [columns.index(f.column) for f in fields]
+    order = [columns.index(str(f.column)) for f in fields]
     decode = [(i, f) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]  # the JSON fields
     return order, decode
 
@@ -93,4 +94,5 @@ def fetchall(statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Run a statement on a server-binding cursor and return its rows as they are (the sweeps)."""
     with server_cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows

@@ -19,15 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
-
-if TYPE_CHECKING:
-    from todos.models import Todo
 
 
 class TodoState(models.TextChoices):
@@ -46,7 +43,23 @@ class TodoState(models.TextChoices):
     FAILED = "failed", "failed"
 
 
-Predicate = Callable[["Todo", datetime], bool]
+class Todo(Protocol):
+    """The columns the predicates read: a todos.models.Todo (not imported: models.py builds its indexes
+    and constraints from this module)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def next_retry_at(self) -> datetime | None: ...
+    @property
+    def lease_expires_at(self) -> datetime | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+
+
+Predicate = Callable[[Todo, datetime], bool]
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,7 @@ _UNFINISHED = Q(completed_at__isnull=True)
 
 SHAPES: dict[str, Q] = {
     TodoState.PENDING: NO_RETRY.q & _UNFINISHED,
-    TodoState.CLAIMED: _LEASE_HELD & Q(claimed_at__isnull=False) & NO_RETRY.q & _UNFINISHED,
+    TodoState.CLAIMED: _LEASE_HELD & NO_RETRY.q & _UNFINISHED,
     TodoState.DONE: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
     TodoState.FAILED: _UNFINISHED & (NO_RETRY.q | _NO_LEASE),
 }

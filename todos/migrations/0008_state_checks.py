@@ -39,7 +39,7 @@ class Migration(migrations.Migration):
         ),
         AddCheckThenValidate(
             model_name='todo',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('state', 'claimed'), _negated=True), models.Q(('lease_expires_at__isnull', False), ('lease_id__isnull', False), ('owner__isnull', False), ('claimed_at__isnull', False), ('next_retry_at__isnull', True), ('completed_at__isnull', True)), _connector='OR'), name='todo_claimed_shape'),
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('state', 'claimed'), _negated=True), models.Q(('lease_expires_at__isnull', False), ('lease_id__isnull', False), ('owner__isnull', False), ('next_retry_at__isnull', True), ('completed_at__isnull', True)), _connector='OR'), name='todo_claimed_shape'),
         ),
         AddCheckThenValidate(
             model_name='todo',
