@@ -1,4 +1,9 @@
-"""The todo, its states, the agents that work on todos, and the registry of queue names."""
+"""The todo, the agents that work on todos, and the registry of queue names.
+
+The todo's states (TodoState, with who moves a todo in and out of each) and the conditions derived from
+its columns (dead-letter, retry-waiting, lease lapsed, ...) are defined in todos/states.py; the partial
+indexes and CHECK constraints below are built from them. The database keeps the queue registry itself
+(a trigger, migration 0009), whatever path writes a todo."""
 
 from __future__ import annotations
 
