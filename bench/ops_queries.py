@@ -31,8 +31,9 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from switchboard.metrics import QUEUE_STATS_SQL  # noqa: E402
-from todos import retention  # noqa: E402
+from todos import retention, sql, states  # noqa: E402
+
+ALL_QUEUES = {"visible": ["%"]}
 
 SEED = [
     """INSERT INTO todos_queue (name, created_at)
@@ -52,14 +53,15 @@ SEED = [
              WHEN i <= %(done)s + %(pending)s THEN 'pending'
              WHEN i <= %(done)s + %(pending)s + %(claimed)s THEN 'claimed'
              ELSE 'failed' END,
-        NULL,
+        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'worker' END,
         CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s
              THEN now() + interval '5 minutes' END,
         1, 5, NULL,
         now() - (i %% 336) * interval '1 hour', now() - (i %% 2880) * interval '1 hour', NULL,
         CASE WHEN i <= %(done)s THEN now() - (i %% 336) * interval '1 hour' END,
         CASE WHEN i > %(done)s + %(pending)s + %(claimed)s AND i %% 6 = 0 THEN now() + interval '1 hour' END,
-        NULL, '[]'
+        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'ls_' || i END,
+        '[]'
     FROM generate_series(1, %(rows)s) i""",
 ]
 
@@ -111,21 +113,21 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     seed(args.rows)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT state, (next_retry_at IS NULL), count(*) FROM todos_todo GROUP BY 1, 2 ORDER BY 1, 2")
+        cursor.execute(f"SELECT state, ({states.NO_RETRY.sql()}), count(*) FROM todos_todo GROUP BY 1, 2 ORDER BY 1, 2")
         print("rows:", cursor.fetchall())
 
     params = {"done_age": 7 * retention.DAY, "dead_age": 90 * retention.DAY, "batch": 1000}
-    explain("queue stats (/metrics)", QUEUE_STATS_SQL)
-    explain("purge done, one batch", retention.PURGE_DONE, params)
-    explain("purge dead, one batch", retention.PURGE_DEAD, params)
+    explain("queue stats (/metrics)", sql.QUEUE_STATS, ALL_QUEUES)
+    explain("purge done, one batch", sql.PURGE_DONE, params)
+    explain("purge dead, one batch", sql.PURGE_DEAD, params)
     explain(
         "purge events, one page",
-        retention.EVENT_PAGE,
+        sql.EVENT_PAGE,
         {**params, "after_at": "-infinity", "after_id": ""},
     )
     print("\nmedian ms over 7 runs:")
-    print(f"  queue stats (/metrics)  {timed(QUEUE_STATS_SQL):8.1f}")
-    print(f"  purge --dry-run counts  {timed(retention.COUNT_PURGEABLE, params, runs=3):8.1f}")
+    print(f"  queue stats (/metrics)  {timed(sql.QUEUE_STATS, ALL_QUEUES):8.1f}")
+    print(f"  purge --dry-run counts  {timed(sql.COUNT_PURGEABLE, params, runs=3):8.1f}")
     done_count = "SELECT queue, count(*) FROM todos_todo WHERE state = 'done' GROUP BY queue"
     print(f"  (done by queue, left out of /metrics)  {timed(done_count, runs=3):8.1f}")
 
@@ -133,7 +135,7 @@ def main() -> None:
         batch_times: list[float] = []
         started = time.monotonic()
         with connection.cursor() as cursor:
-            for statement in (retention.PURGE_DONE, retention.PURGE_DEAD):
+            for statement in (sql.PURGE_DONE, sql.PURGE_DEAD):
                 while True:
                     t0 = time.perf_counter()
                     cursor.execute(statement, params)

@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
 from todos import admin_display as show
+from todos import states
 from todos.admin_bulk import bulk_view
 from todos.admin_filters import (
     AssigneeFilter,
@@ -35,7 +36,7 @@ from todos.admin_filters import (
     StateFilter,
 )
 from todos.admin_ops import OPS, Op, apply
-from todos.models import Agent, Queue, Todo, TodoState
+from todos.models import Agent, Queue, Todo
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
 MAX_SELECTED = 500
@@ -51,7 +52,7 @@ def _operator_action(op: Op) -> Any:
 
 def ops_for(todo: Todo) -> list[Op]:
     """The actions whose guard this todo passes now (the detail page offers only those)."""
-    label = show.state_label(todo)
+    label = states.label(todo)
     names = {
         "dead-letter": ["retry_reset", "retry_once", "discard"],
         "retry-waiting": ["retry_now", "discard"],
@@ -183,9 +184,9 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
 
     @admin.display(description="lease expiry / next retry")
     def due(self, obj: Todo) -> str:
-        if obj.state == TodoState.CLAIMED:
+        if states.CLAIMED.holds(obj):
             return f"lease {show.relative(obj.lease_expires_at)}"
-        if obj.state == TodoState.FAILED and obj.next_retry_at is not None:
+        if states.RETRY_WAITING.holds(obj):
             return f"retry {show.relative(obj.next_retry_at)}"
         return "—"
 

@@ -11,19 +11,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
-from todos.models import Todo, TodoState
+from todos import states
+from todos.models import Todo
 
 MAX_JSON_CHARS = 100_000
 
 
-def state_label(todo: Todo) -> str:
-    if todo.state == TodoState.FAILED:
-        return "dead-letter" if todo.next_retry_at is None else "retry-waiting"
-    return todo.state
-
-
 def state_badge(todo: Todo) -> SafeString:
-    label = state_label(todo)
+    label = states.label(todo)
     # Colours come from the admin's own CSS variables (todos/static/todos/admin.css), so the badges
     # follow its light and dark themes.
     return format_html('<span class="sb-state sb-state-{}">{}</span>', label, label)

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 
 from switchboard.admin_tools import distinct_values
+from todos import states
 from todos.models import Queue, Todo, TodoState
 
 
@@ -47,7 +47,7 @@ class DeadLetterFilter(_YesNoFilter):
     parameter_name = "dead"
 
     def condition(self) -> Q:
-        return Q(state=TodoState.FAILED, next_retry_at__isnull=True)
+        return states.DEAD_LETTER.q
 
 
 class RetryWaitingFilter(_YesNoFilter):
@@ -55,7 +55,7 @@ class RetryWaitingFilter(_YesNoFilter):
     parameter_name = "retry_waiting"
 
     def condition(self) -> Q:
-        return Q(state=TodoState.FAILED, next_retry_at__isnull=False)
+        return states.RETRY_WAITING.q
 
 
 class LapsedFilter(_YesNoFilter):
@@ -65,7 +65,7 @@ class LapsedFilter(_YesNoFilter):
     parameter_name = "lapsed"
 
     def condition(self) -> Q:
-        return Q(state=TodoState.CLAIMED, lease_expires_at__lt=Now())
+        return states.LEASE_LAPSED.q
 
 
 class _ValueFilter(admin.SimpleListFilter):
@@ -90,7 +90,7 @@ class QueueFilter(_ValueFilter):
     column = "queue"
 
     def choices_from_db(self) -> list[str]:
-        # The registry of queue names is small and always complete (create registers the name).
+        # The registry of queue names is small and always complete (a trigger registers every todo's).
         return list(Queue.objects.order_by("name").values_list("name", flat=True)[: self.limit])
 
 

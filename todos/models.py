@@ -1,4 +1,9 @@
-"""The todo, its states, the agents that work on todos, and the registry of queue names."""
+"""The todo, the agents that work on todos, and the registry of queue names.
+
+The todo's states (TodoState, with who moves a todo in and out of each) and the conditions derived from
+its columns (dead-letter, retry-waiting, lease lapsed, ...) are defined in todos/states.py; the partial
+indexes and CHECK constraints below are built from them. The database keeps the queue registry itself
+(a trigger, migration 0009), whatever path writes a todo."""
 
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
+
+from todos import states
+from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
@@ -49,28 +57,14 @@ class LikeAny(models.Lookup):
     lookup_name = "like_any"
     prepare_rhs = False
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    # The stubs narrow a lookup's params to str | int; this one binds a list (a text[] parameter).
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         lhs, lhs_params = self.process_lhs(compiler, connection)
         return f"{lhs} LIKE ANY(%s::text[])", [*lhs_params, list(self.rhs)]
 
 
-class TodoState(models.TextChoices):
-    # Entered by create, release, a lapsed lease below the cap (reaper), a due retry
-    # (retry scheduler) and operator retry. Left by claim.
-    PENDING = "pending", "pending"
-    # Entered by claim (also of a lapsed lease or a due retry). Left by complete, fail,
-    # release, or the lease lapsing.
-    CLAIMED = "claimed", "claimed"
-    # Terminal. Entered by complete (or an operator's discard).
-    DONE = "done", "done"
-    # Entered by fail and by a lapsed lease at the cap. With next_retry_at set it waits for
-    # a retry (left by the retry scheduler or a claim once due); with next_retry_at null it
-    # is a dead-letter, left only by operator retry.
-    FAILED = "failed", "failed"
-
-
-# The todos that can still run hold their idempotency key (SPEC decision 3).
-RUNNABLE = Q(state__in=[TodoState.PENDING, TodoState.CLAIMED]) | Q(state=TodoState.FAILED, next_retry_at__isnull=False)
+# Re-exported: the states themselves, and their conditions, live in todos/states.py.
+__all__ = ["TodoState"]
 
 
 class TodoQuerySet(models.QuerySet["Todo"]):
@@ -79,19 +73,7 @@ class TodoQuerySet(models.QuerySet["Todo"]):
         return self.filter(queue__like_any=agent.visible_like_patterns())
 
     def dead_lettered(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__isnull=True)
-
-    def retry_waiting(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__isnull=False)
-
-    def lapsed(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.CLAIMED, lease_expires_at__lt=Now())
-
-    def retry_due(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__lte=Now())
-
-    def runnable(self) -> TodoQuerySet:
-        return self.filter(RUNNABLE)
+        return self.filter(states.DEAD_LETTER.q)
 
 
 class Todo(models.Model):
@@ -130,11 +112,14 @@ class Todo(models.Model):
             # this exact predicate.
             models.UniqueConstraint(
                 fields=["queue", "idempotency_key"],
-                condition=Q(idempotency_key__isnull=False) & RUNNABLE,
+                condition=Q(idempotency_key__isnull=False) & states.RUNNABLE.q,
                 name="todo_runnable_idempotency_key",
             ),
             models.CheckConstraint(condition=Q(attempt__gte=0), name="todo_attempt_not_negative"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="todo_max_attempts_positive"),
+            # The state's values and what each state implies about the lease, retry and completion
+            # columns (todos/states.py, SHAPES): every write path, not only todos/queue.py, keeps them.
+            *states.shape_constraints(),
         ]
         indexes = [
             # claim_next, pending branch: one index descent per queue, oldest first. created_at NULLS FIRST
@@ -143,21 +128,21 @@ class Todo(models.Model):
             models.Index(
                 F("queue"),
                 F("created_at").asc(nulls_first=True),
-                condition=Q(state="pending"),
+                condition=states.PENDING.q,
                 name="todo_pending_claim_scan",
             ),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
-            models.Index(fields=["lease_expires_at"], condition=Q(state="claimed"), name="todo_claimed_lease_expiry"),
+            models.Index(fields=["lease_expires_at"], condition=states.CLAIMED.q, name="todo_claimed_lease_expiry"),
             # promote_due_retries and claim_next's due-retry branch.
             models.Index(
                 fields=["next_retry_at"],
-                condition=Q(state="failed", next_retry_at__isnull=False),
+                condition=states.RETRY_WAITING.q,
                 name="todo_retry_due",
             ),
             # Dead-letter triage (admin filter, API dead=true, queue counts).
             models.Index(
                 fields=["queue", "updated_at"],
-                condition=Q(state="failed", next_retry_at__isnull=True),
+                condition=states.DEAD_LETTER.q,
                 name="todo_dead_letters",
             ),
             # An event's todos (the FK's PROTECT check, the event admin, replay). Partial: todos that
@@ -179,10 +164,10 @@ class Todo(models.Model):
             ),
             # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
             # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
-            models.Index(fields=["completed_at"], condition=Q(state="done"), name="todo_done_recent"),
+            models.Index(fields=["completed_at"], condition=states.DONE.q, name="todo_done_recent"),
             # The dashboard's failures per minute (failed rows by when they last changed), and
             # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
-            models.Index(fields=["updated_at"], condition=Q(state="failed"), name="todo_failed_recent"),
+            models.Index(fields=["updated_at"], condition=states.FAILED.q, name="todo_failed_recent"),
         ]
 
     def __str__(self) -> str:
@@ -190,7 +175,7 @@ class Todo(models.Model):
 
     @property
     def is_dead_letter(self) -> bool:
-        return self.state == TodoState.FAILED and self.next_retry_at is None
+        return states.DEAD_LETTER.holds(self)
 
 
 class Queue(models.Model):

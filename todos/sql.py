@@ -10,12 +10,17 @@ cycle written directly against psycopg.
 Parameters common to several statements:
   visible   LIKE patterns of the queues the caller may see (its scopes; ['%'] for the system)
   agent     the agent's name; a claim's owner is "<agent>" or "<agent>/<worker>"
+
+Conditions on a todo's state come from todos/states.py (``S.DEAD_LETTER.sql("t")``), so each is written
+once; the index each statement relies on is the one whose predicate is that same condition
+(todos/models.py).
 """
+
+from todos import states as S
 
 # Also the unique constraint todo_runnable_idempotency_key's condition (todos/models.py); ON CONFLICT
 # must repeat it for PostgreSQL to pick that partial index as the arbiter.
-_RUNNABLE_KEY = """idempotency_key IS NOT NULL
-    AND (state IN ('pending', 'claimed') OR (state = 'failed' AND next_retry_at IS NOT NULL))"""
+_RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
@@ -55,13 +60,10 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 
 
 # create: -> pending. A row comes back only if it was inserted; none means a runnable todo with the
-# same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered in
-# the same statement, so a claimer can never see the todo before it can see its queue.
+# same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered by
+# the todo table's trigger (migration 0009), in the same statement, whatever path writes the row.
 CREATE = f"""
-WITH registered AS (
-    INSERT INTO todos_queue (name, created_at) VALUES (%(queue)s, now()) ON CONFLICT (name) DO NOTHING
-),
-inserted AS (
+WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
@@ -81,12 +83,9 @@ WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), or a failed todo whose retry is due. The
 # assignee, if any, must be the claimer.
-_CLAIMABLE = """(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
-    t.state = 'pending'
-    OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
-    OR (t.state = 'failed' AND t.next_retry_at <= now()))"""
+_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}"""
 
-_CLAIM_SET = """
+_CLAIM_SET = f"""
     state = 'claimed',
     attempt = t.attempt + 1,
     owner = %(owner)s,
@@ -97,7 +96,7 @@ _CLAIM_SET = """
     next_retry_at = NULL,
     -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
     -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
-    errors = CASE WHEN t.state = 'claimed' THEN t.errors || jsonb_build_array(jsonb_build_object(
+    errors = CASE WHEN {S.CLAIMED.sql("t")} THEN t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
         ELSE t.errors END"""
 
@@ -120,7 +119,7 @@ WITH queues AS (
 pending AS MATERIALIZED (
     SELECT p.id, p.created_at FROM queues CROSS JOIN LATERAL (
         SELECT t.id, t.created_at FROM todos_todo t
-        WHERE t.state = 'pending' AND t.queue = queues.name
+        WHERE {S.PENDING.sql("t")} AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (created_at is never null, so the order is the same) matches only
         -- todo_pending_claim_scan: a plain created_at index (the admin's todo_admin_recent) cannot yield
@@ -133,7 +132,7 @@ pending AS MATERIALIZED (
 ),
 lapsed AS MATERIALIZED (
     SELECT t.id, t.created_at FROM todos_todo t
-    WHERE t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts
+    WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
     LIMIT %(limit)s
@@ -141,7 +140,7 @@ lapsed AS MATERIALIZED (
 ),
 due AS MATERIALIZED (
     SELECT t.id, t.created_at FROM todos_todo t
-    WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.next_retry_at <= now()
+    WHERE {S.RETRY_DUE.sql("t")}
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
     LIMIT %(limit)s
@@ -177,9 +176,13 @@ UPDATE todos_todo SET
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
+WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
 RETURNING {_TODO_COLUMNS}
 """
+
+# The states a receipt's holder may finish from: all but done. A todo the reaper requeued (pending) or
+# dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
+_UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
 # complete: -> done.
 COMPLETE = f"""
@@ -191,7 +194,7 @@ UPDATE todos_todo SET
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -207,7 +210,7 @@ UPDATE todos_todo t SET
     next_retry_at = NULL
 FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS items(id, lease_id, result)
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
-  AND t.queue LIKE ANY(%(visible)s::text[]) AND t.state IN ('claimed', 'pending', 'failed')
+  AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
 
@@ -221,7 +224,7 @@ UPDATE todos_todo t SET
     state = 'failed',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', %(error)s::text)),
-    next_retry_at = CASE WHEN t.attempt < t.max_attempts THEN now() + make_interval(secs => COALESCE(
+    next_retry_at = CASE WHEN {S.BELOW_CAP.sql("t")} THEN now() + make_interval(secs => COALESCE(
         %(retry_in)s::double precision,
         random() * LEAST(%(backoff_cap)s::double precision,
                          %(backoff_base)s::double precision * power(2, GREATEST(t.attempt, 1) - 1))))
@@ -229,10 +232,10 @@ UPDATE todos_todo t SET
     lease_id = NULL,
     lease_expires_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    when="next_retry_at <= now()",
+    when=S.RETRY_DUE.sql(),
 )
 
 # release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
@@ -247,7 +250,7 @@ UPDATE todos_todo SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
+WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
 RETURNING {_TODO_COLUMNS}
 """)
 
@@ -266,7 +269,7 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = %(id)s AND {S.DEAD_LETTER.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """)
 
@@ -277,13 +280,13 @@ REQUEUE_LAPSED = _notifying(
     f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
-    WHERE state = 'claimed' AND lease_expires_at < now()
+    WHERE {S.LEASE_LAPSED.sql()}
     ORDER BY lease_expires_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE todos_todo t SET
-    state = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END,
+    state = CASE WHEN {S.BELOW_CAP.sql("t")} THEN 'pending' ELSE 'failed' END,
     errors = t.errors || {_LEASE_EXPIRED_ERROR},
     next_retry_at = NULL,
     updated_at = now()
@@ -291,15 +294,15 @@ FROM lapsed
 WHERE t.id = lapsed.id
 RETURNING t.id, t.queue, t.state
 """,
-    when="state = 'pending'",
+    when=S.PENDING.sql(),
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
 # (a waiting claimer may already have woken at the due time; the notify covers waiters that started later).
-PROMOTE_DUE_RETRIES = _notifying("""
+PROMOTE_DUE_RETRIES = _notifying(f"""
 WITH due AS MATERIALIZED (
     SELECT id FROM todos_todo
-    WHERE state = 'failed' AND next_retry_at IS NOT NULL AND next_retry_at <= now()
+    WHERE {S.RETRY_DUE.sql()}
     ORDER BY next_retry_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -311,8 +314,8 @@ RETURNING t.id, t.queue
 """)
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
-CURRENT_STATE = """
-SELECT state, next_retry_at IS NULL AS no_retry, lease_id, split_part(owner, '/', 1) AS owner_agent
+CURRENT_STATE = f"""
+SELECT state, {S.DEAD_LETTER.sql()} AS dead_letter, lease_id, split_part(owner, '/', 1) AS owner_agent
 FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
 """
 
@@ -333,7 +336,7 @@ UPDATE todos_todo t SET
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry now', 'operator', %(operator)s::text)),
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.RETRY_WAITING.sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
@@ -352,7 +355,7 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'failed') AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.FAILED).sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -371,10 +374,144 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.CLAIMED.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 )
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
+
+
+# --- Reads -----------------------------------------------------------------------------------------
+
+# queue_stats (todos/selectors.py; feeds GET /api/v1/queues/, the admin dashboard and /metrics): per
+# queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
+# aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
+# index-only scan that also yields the oldest created_at), claimed from todo_claimed_lease_expiry,
+# retry-waiting from todo_retry_due, dead-letters from todo_dead_letters. Done todos are history and are
+# not counted: that would scan it. Measured at 1M rows in docs/benchmarks.md ("## operations").
+QUEUE_STATS = f"""
+WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
+pending AS (
+    SELECT queue, count(*) AS n, min(created_at) AS oldest FROM todos_todo
+    WHERE {S.PENDING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+claimed AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.CLAIMED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+retrying AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.RETRY_WAITING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+dead AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.DEAD_LETTER.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+)
+SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
+    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision
+FROM q
+LEFT JOIN pending ON pending.queue = q.name
+LEFT JOIN claimed ON claimed.queue = q.name
+LEFT JOIN retrying ON retrying.queue = q.name
+LEFT JOIN dead ON dead.queue = q.name
+ORDER BY q.name
+"""
+
+# seconds_until_claimable (the long-poll, todos/listen.py): seconds (by the database's clock) until the
+# earliest lease in the caller's queues lapses or the earliest scheduled retry comes due: work that
+# becomes claimable with no write and so no NOTIFY. Negative when such work is claimable already; NULL
+# when there is none. Same queue set and assignee rule as CLAIM_NEXT.
+SECONDS_UNTIL_CLAIMABLE = f"""
+WITH queues AS (
+    SELECT name FROM todos_queue
+    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
+)
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT min(t.lease_expires_at) FROM todos_todo t
+     WHERE {(S.CLAIMED & S.BELOW_CAP).sql("t")} AND t.queue IN (SELECT name FROM queues)
+       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(t.next_retry_at) FROM todos_todo t
+     WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
+       AND (t.assignee IS NULL OR t.assignee = %(agent)s))
+) - now())::double precision
+"""
+
+# The dashboard's completions and failures per queue and minute over the last %(minutes)s minutes
+# (todos/dashboard.py): range scans of todo_done_recent and todo_failed_recent.
+PER_MINUTE = f"""
+SELECT queue, 'done' AS what, date_trunc('minute', completed_at) AS minute, count(*) FROM todos_todo
+WHERE {S.DONE.sql()} AND completed_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+GROUP BY 1, 3
+UNION ALL
+SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM todos_todo
+WHERE {S.FAILED.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+GROUP BY 1, 3
+"""
+
+# --- Retention (todos/retention.py) ----------------------------------------------------------------
+# Deleting finished rows is not a transition. Every batch is one short statement that locks at most
+# %(batch)s rows with SKIP LOCKED: it never waits for, or holds up, a claim, an operator or another purge.
+
+_DONE_PURGEABLE = f"{S.DONE.sql('t')} AND t.completed_at < now() - make_interval(secs => %(done_age)s)"
+_DEAD_PURGEABLE = f"{S.DEAD_LETTER.sql('t')} AND t.updated_at < now() - make_interval(secs => %(dead_age)s)"
+
+# Done todos past the window, oldest first: a range scan of todo_done_recent.
+PURGE_DONE = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT t.id FROM todos_todo t
+    WHERE {_DONE_PURGEABLE}
+    ORDER BY t.completed_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
+"""
+
+# Dead-letters past the window: a range scan of todo_failed_recent (retry-waiting rows are filtered
+# out). The lock re-checks the row, so one an operator retried a moment ago (no longer dead) is left alone.
+PURGE_DEAD = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT t.id FROM todos_todo t
+    WHERE {_DEAD_PURGEABLE}
+    ORDER BY t.updated_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
+"""
+
+# Events are walked in (received_at, id) order a page at a time, so those that still have todos are
+# read once per purge, not once per batch. A page's events without todos are deleted; the NOT EXISTS
+# uses the index on todos_todo.event_id. A todo inserted for the event concurrently (a replay) either
+# holds a key-share lock on it (SKIP LOCKED passes over the event) or fails its foreign-key check at
+# commit: an event is never deleted from under a todo.
+EVENT_PAGE = """
+SELECT e.id, e.received_at FROM events_event e
+WHERE e.received_at < now() - make_interval(secs => %(done_age)s)
+  AND (e.received_at, e.id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY e.received_at, e.id
+LIMIT %(batch)s
+"""
+
+PURGE_EVENTS = """
+WITH doomed AS MATERIALIZED (
+    SELECT e.id FROM events_event e
+    WHERE e.id = ANY(%(ids)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM todos_todo t WHERE t.event_id = e.id)
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM events_event e USING doomed WHERE e.id = doomed.id
+"""
+
+# --dry-run: what a purge would delete now, events counted as if the todos had gone first.
+COUNT_PURGEABLE = f"""
+SELECT
+    (SELECT count(*) FROM todos_todo t WHERE {_DONE_PURGEABLE}),
+    (SELECT count(*) FROM todos_todo t WHERE {_DEAD_PURGEABLE}),
+    (SELECT count(*) FROM events_event e
+     WHERE e.received_at < now() - make_interval(secs => %(done_age)s)
+       AND NOT EXISTS (SELECT 1 FROM todos_todo t
+                       WHERE t.event_id = e.id AND NOT ({_DONE_PURGEABLE}) AND NOT ({_DEAD_PURGEABLE})))
+"""

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from switchboard import ids
 from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
-from todos import listen, queue, selectors
+from todos import listen, queue, selectors, states
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -35,7 +35,7 @@ from todos.api.serializers import (
     TodoSerializer,
 )
 from todos.errors import TodoNotFound
-from todos.models import Todo, TodoState
+from todos.models import Todo
 
 
 def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         if filters.get("dead") is True:
             todos = todos.dead_lettered()
         elif filters.get("dead") is False:
-            todos = todos.exclude(state=TodoState.FAILED, next_retry_at__isnull=True)
+            todos = todos.exclude(states.DEAD_LETTER.q)
         return todos
 
     @extend_schema(

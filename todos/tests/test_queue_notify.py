@@ -73,11 +73,20 @@ def test_reaper_notifies_requeued_queues_once_each_but_not_dead_letters(heard, a
     for name in ("a", "a", "b"):
         todo, _ = queue.create(queue=name)
         Todo.objects.filter(pk=todo.pk).update(
-            state=TodoState.CLAIMED, attempt=1, lease_expires_at=Now() - timedelta(seconds=1)
+            state=TodoState.CLAIMED,
+            attempt=1,
+            owner="w",
+            lease_id="ls_a",
+            lease_expires_at=Now() - timedelta(seconds=1),
         )
     dead, _ = queue.create(queue="c")
     Todo.objects.filter(pk=dead.pk).update(
-        state=TodoState.CLAIMED, attempt=5, max_attempts=5, lease_expires_at=Now() - timedelta(seconds=1)
+        state=TodoState.CLAIMED,
+        attempt=5,
+        max_attempts=5,
+        owner="w",
+        lease_id="ls_c",
+        lease_expires_at=Now() - timedelta(seconds=1),
     )
     heard()
     result = queue.requeue_lapsed(batch=10)
