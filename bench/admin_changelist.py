@@ -3,12 +3,12 @@ detail pages, the dashboard, and the batched "apply to every matching todo" run.
 
     .venv/bin/python bench/admin_changelist.py [--rows 1000000] [--runs 5] [--reseed]
 
-It uses a scratch database, ``switchboard_bench_admin`` on the embedded server (EMBEDDED_PG_DATABASE;
-with DATABASE_URL set, that database is used instead: point it at a scratch one), migrates it, and
-seeds it once with generate_series (reused on later runs unless --reseed). Requests go through Django's test client
-(the full admin stack: middleware, templates, every query), logged in as a superuser. Prints a
-Markdown table: median and max milliseconds over ``--runs`` requests after one warm-up, the median
-milliseconds of those spent in the database, and the number of queries per request.
+It uses the scratch database ``switchboard_bench_admin`` (bench/harness.py: on the embedded server, or
+on the server of DATABASE_URL), migrates it, and seeds it once with generate_series (reused on later
+runs unless --reseed). Requests go through Django's test client (the full admin stack: middleware,
+templates, every query), logged in as a superuser. Prints a Markdown table: median and max
+milliseconds over ``--runs`` requests after one warm-up, the median milliseconds of those spent in the
+database, and the number of queries per request.
 
 The seeded shape: 8 queues, 85% done, 8% pending, 1% claimed (most with lapsed leases), 2%
 retry-waiting, 4% dead-letters; 5 kinds, 3 sources, 10% assigned; one event per two todos;
@@ -18,22 +18,20 @@ created_at spread evenly over the last 30 days (so the newest ~1,400 rows fall i
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings_test")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_admin")
+from bench import harness as h
 
-import django
-
-django.setup()
+# The test settings (static files from the apps, no collectstatic) and the test client's host.
+h.scratch_django(
+    "admin", fresh=False, settings_module="switchboard.settings_test", ALLOWED_HOSTS="testserver,localhost,127.0.0.1"
+)
 
 from django.contrib.auth.models import User  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
@@ -133,7 +131,6 @@ def main() -> None:
     parser.add_argument("--reseed", action="store_true")
     args = parser.parse_args()
 
-    call_command("migrate", verbosity=0)
     seed(args.rows, args.reseed)
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench", "", "bench-pw-1")
     client = Client()

@@ -1,6 +1,5 @@
-"""Switchboard's side of bench/compare.py: set-based seeding of the bench database, pgbench running
-todos/sql.py's statements, and the forked client processes (in-process, HTTP, ingest) released
-together by a barrier."""
+"""Switchboard's side of bench/compare.py: the bench agent, pgbench running todos/sql.py's statements,
+and the forked client processes (in-process, HTTP, ingest) released together by a barrier."""
 
 from __future__ import annotations
 
@@ -28,58 +27,10 @@ ENQUEUE_QUEUE = "bench-enqueue"
 LONGPOLL_QUEUE = "bench-longpoll"
 INGEST_QUEUE = "bench-ingest"
 AGENT = "bench"
-SB_DB = "switchboard_bench"
 ALTERNATIVES = {
     "procrastinate": ("Procrastinate 3.10 worker", "bench.alt_settings.procrastinate"),
     "django_tasks": ("django-tasks-db 0.13 db_worker", "bench.alt_settings.django_tasks"),
 }
-
-# ---------------------------------------------------------------------------------------------
-# The Switchboard database: seeding and resetting with set-based SQL (fast, and beside the point)
-
-
-def sb_sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def reset_todos() -> None:
-    sb_sql("TRUNCATE todos_todo")
-
-
-def seed(n: int, *, queue: str = QUEUE, state: str = "pending") -> None:
-    """n todos in one statement; created_at ascends so claims take them in order."""
-    if n <= 0:
-        return
-    sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [queue])
-    done = state == "done"
-    sb_sql(
-        f"""
-        INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-            result, created_at, updated_at, claimed_at, completed_at, owner)
-        SELECT 'td_' || md5(g::text || random()::text), %s, 'bench', 'noop', 'no-op', '{{}}'::jsonb, %s,
-            {1 if done else 0}, 5, '[]'::jsonb, NULL,
-            now() - interval '1 hour' + g * interval '1 microsecond', now(),
-            {"now()" if done else "NULL"}, {"now()" if done else "NULL"}, {"'bench'" if done else "NULL"}
-        FROM generate_series(1, %s) g
-        """,
-        [queue, state, n],
-    )
-
-
-def analyze() -> None:
-    """After seeding: statistics as autovacuum would leave them, and a checkpoint, so that writing back
-    the seed's pages happens now and not during the timed run that follows."""
-    from django.db import DatabaseError
-
-    sb_sql("VACUUM ANALYZE todos_todo")
-    try:
-        sb_sql("CHECKPOINT")
-    except DatabaseError:  # needs superuser or pg_checkpoint on a DATABASE_URL server: then go without
-        pass
 
 
 def make_agent() -> str:

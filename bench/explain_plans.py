@@ -21,10 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _django  # sets up Django before the app imports below
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import harness as h
 
-_django.setup("switchboard_bench_explain")
+# Reused between runs: seeding 1M rows is the slow part, and the rows do not change between plans.
+h.scratch_django("explain", fresh=False)
 
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count  # noqa: E402
@@ -33,7 +34,7 @@ from psycopg.types.json import Jsonb  # noqa: E402
 from todos import sql  # noqa: E402
 from todos.models import Todo  # noqa: E402
 
-OUT = _django.BASE_DIR / "docs" / "query-plans.md"
+OUT = h.ROOT / "docs" / "query-plans.md"
 TOTAL = 1_000_000
 # queue -> pending rows: two busy queues, two quiet ones (SPEC trap 1 is about exactly this spread).
 PENDING = {"github.push": 25_000, "github.pull_request": 15_000, "stripe.charge": 8_000, "email.send": 2_000}
@@ -350,7 +351,7 @@ def write(result: list[Plan]) -> None:
         "  reaper keeps them few; if an outage leaves tens of thousands, claims slow until it has swept.",
         "- Prepared, CLAIM_NEXT must keep custom plans (PostgreSQL's default choice here): forced generic plans",
         "  (`plan_cache_mode = force_generic_plan`) made the raw claim+complete loop of",
-        "  bench/queue_throughput.py ten times slower (784 -> 77 jobs/s, one worker).",
+        "  `make bench` ten times slower (784 -> 77 jobs/s, one worker).",
         "",
     ]
     for plan in result:
@@ -377,7 +378,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reseed", action="store_true", help="truncate and seed again")
     args = parser.parse_args()
-    _django.migrate()
     have = one("SELECT count(*) FROM todos_todo")[0]
     if args.reseed or have != TOTAL:
         seed()

