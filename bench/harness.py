@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,23 +228,106 @@ def reset_todos() -> None:
     sb_sql("TRUNCATE todos_todo")
 
 
-def seed_todos(n: int, *, queue: str, state: str = "pending") -> None:
-    """n todos in one statement; created_at ascends so claims take them in order."""
+# Each kind of todo a bench seeds, by the columns its state decides, as SQL over g (the row's number)
+# and at (its created_at). A seeded row is a row some transition could have left.
+_STATE_COLUMNS = (
+    "state", "owner", "lease_expires_at", "attempt", "claimed_at", "completed_at", "next_retry_at", "lease_id",
+    "result", "errors",
+)  # fmt: skip
+_FAILED_ONCE = """'[{"attempt": 1, "error": "bench failure"}]'::jsonb"""
+SEED_STATES: dict[str, tuple[str, ...]] = {
+    "pending": ("'pending'", "NULL", "NULL", "0", "NULL", "NULL", "NULL", "NULL", "NULL", "'[]'::jsonb"),
+    "claimed": (
+        "'claimed'", "'bench'", "now() + interval '5 minutes'", "1", "at", "NULL", "NULL", "'ls_' || md5(g::text)",
+        "NULL", "'[]'::jsonb",
+    ),
+    "lapsed": (
+        "'claimed'", "'bench'", "now() - g * interval '1 second'", "1", "at", "NULL", "NULL",
+        "'ls_' || md5('lapsed' || g)", "NULL", "'[]'::jsonb",
+    ),
+    "retry_waiting": (
+        "'failed'", "NULL", "NULL", "1", "at", "NULL", "now() + g * interval '1 second'", "NULL", "NULL", _FAILED_ONCE,
+    ),
+    "retry_due": (
+        "'failed'", "NULL", "NULL", "1", "at", "NULL", "now() - g * interval '1 second'", "NULL", "NULL", _FAILED_ONCE,
+    ),
+    "dead": (
+        "'failed'", "NULL", "NULL", "5", "at", "NULL", "NULL", "NULL", "NULL",
+        """'[{"attempt": 5, "error": "bench failure"}]'::jsonb""",
+    ),
+    "done": ("'done'", "'bench'", "NULL", "1", "at", "at", "NULL", "NULL", """'{"ok": true}'::jsonb""", "'[]'::jsonb"),
+}  # fmt: skip
+_SEED_DEFAULTS = {
+    "id": "'td_' || md5(g::text || random()::text)",
+    "source": "'bench'",
+    "kind": "'noop'",
+    "title": "'no-op'",
+    "payload": "'{}'::jsonb",
+    "event_id": "NULL",
+    "idempotency_key": "NULL",
+    "assignee": "NULL",
+    "max_attempts": "5",
+    "updated_at": "now()",
+}
+
+
+def _sql_array(values: Sequence[str]) -> str:
+    return "ARRAY[" + ",".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
+
+
+def seed_todos(
+    n: int,
+    *,
+    queue: str | Sequence[str],
+    state: str = "pending",
+    first: int = 1,
+    where: str = "",
+    created_at: str = "now() - interval '1 hour' + g * interval '1 microsecond'",
+    **columns: str,
+) -> None:
+    """The one seeder of bench/: todos numbered g = first .. first + n - 1 (those meeting ``where``),
+    in one INSERT ... SELECT, shaped as SEED_STATES[state]. ``queue`` is a name, or names taken in
+    turn by g; ``created_at`` and ``columns`` (any todos_todo column) are SQL over g and at, the row's
+    created_at; they run with parameters, so a modulo is written %%. The default created_at ascends
+    with g, so claims take the rows in order. The queues are registered as queue.create would."""
     if n <= 0:
         return
-    sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [queue])
-    done = state == "done"
+    queues = [queue] if isinstance(queue, str) else list(queue)
     sb_sql(
-        f"""
-        INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-            result, created_at, updated_at, claimed_at, completed_at, owner)
-        SELECT 'td_' || md5(g::text || random()::text), %s, 'bench', 'noop', 'no-op', '{{}}'::jsonb, %s,
-            {1 if done else 0}, 5, '[]'::jsonb, NULL,
-            now() - interval '1 hour' + g * interval '1 microsecond', now(),
-            {"now()" if done else "NULL"}, {"now()" if done else "NULL"}, {"'bench'" if done else "NULL"}
-        FROM generate_series(1, %s) g
-        """,
-        [queue, state, n],
+        "INSERT INTO todos_queue (name, created_at) SELECT unnest(%s::text[]), now() ON CONFLICT DO NOTHING", [queues]
+    )
+    values = {
+        **_SEED_DEFAULTS,
+        "queue": f"({_sql_array(queues)})[1 + g %% {len(queues)}]",
+        **dict(zip(_STATE_COLUMNS, SEED_STATES[state], strict=True)),
+        "created_at": "at",
+        **columns,
+    }
+    sb_sql(
+        f"""INSERT INTO todos_todo ({", ".join(values)})
+        SELECT {", ".join(values.values())}
+        FROM generate_series(%s::bigint, %s::bigint) g CROSS JOIN LATERAL (SELECT {created_at} AS at) c
+        {"WHERE " + where if where else ""}""",
+        [first, first + n - 1],
+    )
+
+
+def seed_events(n: int, *, first: int = 1, **columns: str) -> None:
+    """Events numbered g = first .. first + n - 1, like seed_todos: ``columns`` are SQL over g."""
+    values = {
+        "id": "'ev_' || md5(g::text)",
+        "source": "'github'",
+        "type": "'push'",
+        "delivery_id": "'delivery-' || g",
+        "payload": "'{}'::jsonb",
+        "headers": "'{}'::jsonb",
+        "received_at": "now()",
+        **columns,
+    }
+    sb_sql(
+        f"""INSERT INTO events_event ({", ".join(values)}) SELECT {", ".join(values.values())}
+        FROM generate_series(%s::bigint, %s::bigint) g""",
+        [first, first + n - 1],
     )
 
 
@@ -321,13 +404,13 @@ def gunicorn(
     workers: int | None = None,
     threads: int | None = None,
     log_name: str = "gunicorn",
-    **env: str,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Run ``app`` under gunicorn with the project's gunicorn.conf.py (its worker class, timeouts and
     metrics set-up) on a free port; yields the base URL once /readyz answers 200. ``workers`` and
-    ``threads`` go through the GUNICORN_* variables the config reads."""
+    ``threads`` go through the GUNICORN_* variables the config reads; ``env`` is added to the project's."""
     port = free_port()
-    extra = {"GUNICORN_BIND": f"127.0.0.1:{port}", **env}
+    extra = {"GUNICORN_BIND": f"127.0.0.1:{port}", **(env or {})}
     if workers:
         extra["GUNICORN_WORKERS"] = str(workers)
     if threads:

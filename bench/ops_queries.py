@@ -27,34 +27,7 @@ from django.db import connection  # noqa: E402
 from switchboard.metrics import QUEUE_STATS_SQL  # noqa: E402
 from todos import retention  # noqa: E402
 
-SEED = [
-    """INSERT INTO todos_queue (name, created_at)
-    SELECT 'queue-' || q, now() FROM generate_series(0, 19) q ON CONFLICT DO NOTHING""",
-    """INSERT INTO events_event (id, source, type, delivery_id, payload, headers, received_at)
-    SELECT 'ev_' || i, 'github', 'push', 'd' || i, '{}', '{}',
-        now() - (i %% 14) * interval '1 day' - interval '1 hour'
-    FROM generate_series(1, %(events)s) i""",
-    # Every 10th todo belongs to an event (two per event).
-    """INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state,
-        owner, lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-        next_retry_at, lease_id, errors)
-    SELECT 'td_' || i, 'queue-' || (i %% 20), '', 'job', 'a todo', '{"n": 1}',
-        CASE WHEN i %% 10 = 0 AND (i / 10 + 1) / 2 <= %(events)s THEN 'ev_' || ((i / 10 + 1) / 2) END,
-        NULL, NULL,
-        CASE WHEN i <= %(done)s THEN 'done'
-             WHEN i <= %(done)s + %(pending)s THEN 'pending'
-             WHEN i <= %(done)s + %(pending)s + %(claimed)s THEN 'claimed'
-             ELSE 'failed' END,
-        NULL,
-        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s
-             THEN now() + interval '5 minutes' END,
-        1, 5, NULL,
-        now() - (i %% 336) * interval '1 hour', now() - (i %% 2880) * interval '1 hour', NULL,
-        CASE WHEN i <= %(done)s THEN now() - (i %% 336) * interval '1 hour' END,
-        CASE WHEN i > %(done)s + %(pending)s + %(claimed)s AND i %% 6 = 0 THEN now() + interval '1 hour' END,
-        NULL, '[]'
-    FROM generate_series(1, %(rows)s) i""",
-]
+QUEUES = [f"queue-{q}" for q in range(20)]
 
 
 def seed(rows: int) -> None:
@@ -63,12 +36,36 @@ def seed(rows: int) -> None:
         if cursor.fetchone()[0] >= rows:
             return
         cursor.execute("TRUNCATE todos_todo, events_event CASCADE")
-        done, pending, claimed = int(rows * 0.90), int(rows * 0.08), int(rows * 0.002)
-        started = time.monotonic()
-        params = {"rows": rows, "done": done, "pending": pending, "claimed": claimed, "events": rows // 20}
-        for statement in SEED:
-            cursor.execute(statement, params)
-        print(f"seeded {rows:,} todos in {time.monotonic() - started:.1f}s")
+    done, pending, claimed = int(rows * 0.90), int(rows * 0.08), int(rows * 0.002)
+    events = rows // 20
+    started = time.monotonic()
+    h.seed_events(
+        events,
+        id="'ev_' || g",
+        delivery_id="'d' || g",
+        received_at="now() - (g %% 14) * interval '1 day' - interval '1 hour'",
+    )
+    # Row g of the whole series: done first, then pending, claimed and failed (every 6th waiting for a
+    # retry, the rest dead-letters), over 20 queues and 14 days; every 10th todo belongs to an event (two
+    # per event).
+    shape = {
+        "id": "'td_' || g",
+        "source": "''",
+        "kind": "'job'",
+        "title": "'a todo'",
+        "payload": """'{"n": 1}'::jsonb""",
+        "event_id": f"CASE WHEN g %% 10 = 0 AND (g / 10 + 1) / 2 <= {events} THEN 'ev_' || ((g / 10 + 1) / 2) END",
+        "created_at": "now() - (g %% 336) * interval '1 hour'",
+        "updated_at": "now() - (g %% 2880) * interval '1 hour'",
+    }
+    failed = rows - done - pending - claimed
+    h.seed_todos(done, queue=QUEUES, state="done", **shape)
+    h.seed_todos(pending, queue=QUEUES, first=done + 1, **shape)
+    h.seed_todos(claimed, queue=QUEUES, state="claimed", first=done + pending + 1, **shape)
+    first_failed = done + pending + claimed + 1
+    h.seed_todos(failed, queue=QUEUES, state="retry_waiting", first=first_failed, where="g %% 6 = 0", **shape)
+    h.seed_todos(failed, queue=QUEUES, state="dead", first=first_failed, where="g %% 6 <> 0", **shape)
+    print(f"seeded {rows:,} todos in {time.monotonic() - started:.1f}s")
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE todos_todo")
         cursor.execute("VACUUM ANALYZE events_event")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from bench import harness
 from bench.compare_report import Results, Row, finish, table, write_docs
 from bench.compare_workers import pgbench_statements
 from bench.drills import handlers
+from todos.models import Agent, Todo
 
 
 @pytest.mark.parametrize("purpose", ["", "explain", "admin", "ops", "scale_out", "drill_crash", "procrastinate"])
@@ -117,3 +119,31 @@ def test_record_handler_writes_one_line_per_processing(tmp_path: Path, monkeypat
 def test_boom_handler_raises_with_the_todo_id() -> None:
     with pytest.raises(RuntimeError, match="td_x"):
         handlers.boom({"id": "td_x"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seeded_todos_of_each_state_are_what_the_queues_transitions_act_on(
+    make_agent: Callable[..., Agent],
+) -> None:
+    from todos import queue
+
+    harness.seed_todos(3, queue="bench.pending", title="'pending ' || g")
+    harness.seed_todos(2, queue="bench.seeded", state="done", first=4)
+    harness.seed_todos(2, queue="bench.seeded", state="lapsed", first=6)
+    harness.seed_todos(2, queue="bench.seeded", state="retry_due", first=8)
+    harness.seed_todos(1, queue="bench.seeded", state="retry_waiting", first=10)
+    harness.seed_todos(4, queue="bench.seeded", state="dead", first=11, where="g %% 2 = 0")
+    harness.seed_todos(1, queue="bench.held", state="claimed", first=15)
+    worker = make_agent("bench", claim=["bench.*"])  # seeded claims are held by "bench"
+
+    claimed = queue.claim_next(agent=worker, queues=["bench.pending"], limit=10)
+    assert [t.title for t in claimed] == ["pending 1", "pending 2", "pending 3"]
+    assert queue.requeue_lapsed(batch=10).requeued == 2
+    assert queue.promote_due_retries(batch=10) == 2
+    dead = Todo.objects.filter(state="failed", next_retry_at__isnull=True).values_list("id", flat=True)
+    assert len(dead) == 2  # g = 12 and 14 of 11..14
+    assert queue.retry_dead_letter(dead[0], mode="once", operator="bench").state == "pending"
+    held = Todo.objects.get(queue="bench.held")
+    assert held.lease_id
+    assert queue.complete(held.id, agent=worker, lease_id=held.lease_id).state == "done"
+    assert Todo.objects.filter(state="done").count() == 3

@@ -91,7 +91,7 @@ class DrillDb:
         from django.db import connections
 
         connections.close_all()
-        with h.gunicorn(self.url, **env) as base:
+        with h.gunicorn(self.url, env=env) as base:
             yield base
 
 
@@ -137,7 +137,7 @@ def state_counts(queue: str) -> dict[str, int]:
     return dict(Todo.objects.filter(queue=queue).values_list("state").annotate(n=Count("id")).order_by())
 
 
-def seed_todos(queue: str, n: int, **kwargs: Any) -> list[str]:
-    from todos import queue as q
-
-    return [q.create(queue=queue, title=f"drill {i}", **kwargs)[0].id for i in range(n)]
+def seed_todos(queue: str, n: int) -> set[str]:
+    """n pending todos in ``queue`` (the harness's seeder), and their ids."""
+    h.seed_todos(n, queue=queue, title="'drill ' || g")
+    return {row[0] for row in h.sb_sql("SELECT id FROM todos_todo WHERE queue = %s", [queue])}
