@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import harness
-from bench.compare_report import Results, Row, finish, table, write_docs
+from bench.compare_report import Results, Row, finish, table, verdicts, write_docs
 from bench.compare_workers import pgbench_statements
 from bench.drills import handlers
 from todos.models import Agent, Todo
@@ -147,3 +147,14 @@ def test_seeded_todos_of_each_state_are_what_the_queues_transitions_act_on(
     assert held.lease_id
     assert queue.complete(held.id, agent=worker, lease_id=held.lease_id).state == "done"
     assert Todo.objects.filter(state="done").count() == 3
+
+
+def test_the_queue_mode_reports_queue_py_against_the_same_sql_on_psycopg() -> None:
+    res = Results()
+    res.rows += [
+        Row("raw", 2, [2000.0], series="raw-claim"),
+        Row("psycopg", 2, [1000.0], series="psycopg"),
+        Row("sb", 2, [850.0], series="inproc"),
+    ]
+    finish(res)
+    assert "Switchboard in-process / the same SQL on psycopg (target >= 0.70): 2: 0.85." in verdicts(res, (2,))
