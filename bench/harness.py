@@ -34,7 +34,6 @@ from urllib.parse import quote, urlencode, urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-BIN = Path(sys.executable).parent
 
 # What gunicorn serves. The worker class and everything else come from gunicorn.conf.py; an ASGI worker
 # class there goes with "switchboard.asgi" here.
