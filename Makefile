@@ -39,11 +39,14 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# On demand: modes of bench/compare.py (BENCH_ARGS=--quick for a short look). bench: queue.py against
+# the same SQL on psycopg and pgbench at 1/2/4/8 clients; bench-http: over HTTP beside in-process.
+BENCH_ARGS ?=
 bench: $(VENV)/.installed
-	$(BIN)/python bench/queue_throughput.py
+	$(BIN)/python bench/compare.py --mode queue $(BENCH_ARGS)
 
 bench-http: $(VENV)/.installed
-	$(BIN)/python bench/http_throughput.py
+	$(BIN)/python bench/compare.py --mode http $(BENCH_ARGS)
 
 # On demand, never in CI. bench-compare: Switchboard against raw SQL, Procrastinate and django-tasks
 # (about 13 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the

@@ -28,9 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import free_port, machine_summary, median, migrate, pg_server, setup_django
+from bench.harness import free_port, machine_summary, median, scratch_django
 
-BENCH_DB = "switchboard_bench_stream"
 STREAM, GROUP, SLUG = "bench-orders", "bench", "bench-stream"
 
 
@@ -129,10 +128,7 @@ def main() -> None:
     parser.add_argument("--payload-bytes", type=int, default=1000, help="approximate payload size")
     args = parser.parse_args()
 
-    server = pg_server()
-    database_url = server.create_database(BENCH_DB)
-    migrate(database_url)
-    setup_django(database_url, LOG_LEVEL="WARNING")
+    server, _ = scratch_django("stream", LOG_LEVEL="WARNING")
     from ingest.models import Route, Source
 
     source = Source.objects.create(slug=SLUG, provider="stream")

@@ -4,7 +4,7 @@ database's now() (SPEC decision 7), and RETURNING hands back the row as it is af
 
 Why raw SQL here and the ORM elsewhere: the claim scan needs one index lookup per queue (a LATERAL
 join, SPEC trap 1) and every transition must be a single guarded UPDATE ... RETURNING (trap 2);
-Django's ORM can express neither. bench/queue_throughput.py measures the result against the same
+Django's ORM can express neither. `make bench` measures the result against the same
 cycle written directly against psycopg.
 
 Parameters common to several statements:
@@ -26,7 +26,7 @@ _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotenc
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
-# Todos from them and bench/queue_throughput.py reads them by position.
+# Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
 
 # The caller holds the current receipt. A receipt stays current until the todo is claimed again
