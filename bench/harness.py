@@ -203,7 +203,7 @@ def gunicorn(database_url: str, *, workers: int | None = None, threads: int | No
         extra["GUNICORN_THREADS"] = str(threads)
     log = open(out_dir() / f"gunicorn-{port}.log", "w")
     proc = subprocess.Popen(
-        [str(BIN / "gunicorn"), "switchboard.wsgi", "-c", "gunicorn.conf.py"],
+        [str(BIN / "gunicorn"), "switchboard.asgi:application", "-c", "gunicorn.conf.py"],
         cwd=ROOT,
         env=project_env(database_url, **extra),
         stdout=log,

@@ -172,7 +172,7 @@ def free_port() -> int:
 def start_gunicorn(port: int) -> subprocess.Popen:
     env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}"}
     proc = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "switchboard.wsgi", "-c", str(ROOT / "gunicorn.conf.py")],
+        [str(ROOT / ".venv/bin/gunicorn"), "switchboard.asgi:application", "-c", str(ROOT / "gunicorn.conf.py")],
         cwd=ROOT,
         env=env,
     )

@@ -219,7 +219,16 @@ def main() -> None:
     prepare_database(env)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "switchboard.wsgi", "-c", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "switchboard.asgi:application",
+            "-c",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+        ],
         cwd=ROOT,
         env=env,
     )

@@ -246,7 +246,7 @@ def main() -> int:
                     python,
                     "-m",
                     "gunicorn",
-                    "switchboard.wsgi",
+                    "switchboard.asgi:application",
                     "-c",
                     "gunicorn.conf.py",
                     "--bind",

@@ -2,7 +2,8 @@
 
 Mounts are named by dotted path in the settings, so the shell imports no app: an app that serves its
 own ASGI protocol (the MCP endpoint) registers it there. Lifespan events are answered here and passed
-to each mount that has ``startup``/``shutdown`` coroutines.
+to each mount, and each object named in settings.ASGI_LIFESPAN, that has ``startup``/``shutdown``
+coroutines.
 """
 
 from __future__ import annotations
@@ -10,17 +11,38 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
 
-django_application = get_asgi_application()
+
+class SingleThreadASGIHandler(ASGIHandler):
+    """Django's ASGI handler without its per-request ThreadSensitiveContext.
+
+    That context gives every request its own thread for sync code, and Django's connections are per
+    thread: each request would open a database connection (and leave it to the garbage collector).
+    Without it, a process's sync code (sync views, middleware, signals, the queue's statements run
+    through sync_to_async) all runs in asgiref's one thread-sensitive thread, on one persistent
+    connection that CONN_MAX_AGE and the request signals manage as under WSGI."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        await self.handle(scope, receive, send)
+
+
+django.setup(set_prefix=False)
+django_application = SingleThreadASGIHandler()
 
 from django.conf import settings  # noqa: E402  (after the app registry is ready)
-from django.utils.module_loading import import_string  # noqa: E402
+from django.utils.module_loading import import_module, import_string  # noqa: E402
 
 _mounts: list[tuple[str, Any]] = [
     (prefix.rstrip("/"), import_string(path)) for prefix, path in getattr(settings, "ASGI_MOUNTS", {}).items()
+]
+_lifespan_hooks: list[Any] = [app for _, app in _mounts] + [
+    import_module(path) for path in getattr(settings, "ASGI_LIFESPAN", [])
 ]
 
 
@@ -28,14 +50,14 @@ async def _lifespan(receive: Any, send: Any) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
-            for _, app in _mounts:
-                if hasattr(app, "startup"):
-                    await app.startup()
+            for hook in _lifespan_hooks:
+                if hasattr(hook, "startup"):
+                    await hook.startup()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            for _, app in _mounts:
-                if hasattr(app, "shutdown"):
-                    await app.shutdown()
+            for hook in _lifespan_hooks:
+                if hasattr(hook, "shutdown"):
+                    await hook.shutdown()
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -51,7 +51,7 @@ MIDDLEWARE = [
     "switchboard.middleware.RequestObservabilityMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn itself: no separate web server needed.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "switchboard.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -66,6 +66,9 @@ WSGI_APPLICATION = "switchboard.wsgi.application"
 ASGI_APPLICATION = "switchboard.asgi.application"
 # ASGI apps served beside Django, by path prefix: {"/mcp": "dotted.path.to.app"} (switchboard/asgi.py).
 ASGI_MOUNTS: dict[str, str] = {}
+# Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
+# server's event loop, and a stop answers every waiting claim at once.
+ASGI_LIFESPAN: list[str] = ["todos.waiting"]
 
 TEMPLATES = [
     {
@@ -144,7 +147,7 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "switchboard.api.BearerTokenAuthentication",
+        "todos.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -172,8 +175,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 # Seconds an API token's agent is remembered per process (0: looked up on every request). Saves a
-# query a request; a deactivated agent keeps working in other processes for up to this long.
-API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=0)
+# query a request. Every change to an agent clears every process's cache at once (NOTIFY, todos/auth.py);
+# this bound covers only writes that bypass the ORM's signals.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=60)
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 

@@ -34,6 +34,7 @@ from todos.admin_filters import (
     StateFilter,
 )
 from todos.admin_ops import OPS, Op, apply
+from todos.auth import notify_agents_changed
 from todos.models import Agent, Queue, Todo, TodoState
 
 TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
@@ -346,6 +347,7 @@ class AgentAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
         agents = list(queryset.filter(is_active=True))
         queryset.filter(pk__in=[a.pk for a in agents]).update(is_active=False)
+        notify_agents_changed()  # update() sends no signal: every process's token cache forgets them
         for agent in agents:
             self.log_change(request, agent, "Revoked (deactivated)")
         self.message_user(request, f"{len(agents)} agent(s) revoked; their tokens no longer authenticate.")

@@ -16,7 +16,8 @@ from rest_framework.views import APIView
 from events.api.serializers import EventListFilter, EventSerializer, EventSummarySerializer, ReplaySerializer
 from events.models import Event, EventQuerySet
 from ingest import routing
-from switchboard.api import CreatedCursorPagination, caller_agent
+from switchboard.api import CreatedCursorPagination
+from todos.auth import caller_agent
 from todos.models import Todo, TodoQuerySet
 
 # Event ids are "ev_" + 32 hex digits; anything else cannot exist, and must not reach a query (a NUL

@@ -202,7 +202,7 @@ def test_counters_are_summed_across_gunicorn_workers(db, tmp_path):
             sys.executable,
             "-m",
             "gunicorn",
-            "switchboard.wsgi",
+            "switchboard.asgi:application",
             "-c",
             "gunicorn.conf.py",
             "--max-requests",

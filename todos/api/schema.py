@@ -12,7 +12,7 @@ from todos.api.serializers import ErrorSerializer
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "switchboard.api.BearerTokenAuthentication"
+    target_class = "todos.auth.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:

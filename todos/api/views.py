@@ -7,15 +7,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import generics, serializers
+from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
-from todos import listen, queue, selectors
+from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
+from todos import auth, queue, selectors, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -34,8 +36,9 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoSerializer,
 )
+from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.models import Todo, TodoState
+from todos.models import Agent, Todo, TodoState, hash_token
 
 # Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
 # byte would make PostgreSQL refuse the statement).
@@ -131,13 +134,52 @@ class TodoClaimNextApi(APIView):
         request=ClaimNextInput,
         **docs.documented(ClaimedSerializer, (400, 401, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
-    def post(self, request: Request) -> Response:
-        data = _valid(ClaimNextInput, request.data)
-        # gunicorn hands over the client's socket: a long-poll whose worker hung up stops waiting.
-        sock = request.META.get("gunicorn.socket")
-        client_gone = (lambda: listen.socket_closed_by_peer(sock)) if sock is not None else None
-        todos = listen.claim_next_waiting(agent=caller_agent(request), client_gone=client_gone, **data)
-        return Response({"todos": TodoSerializer(todos, many=True).data})
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await self._claim(request)
+
+    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:  # type: ignore[override]
+        """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
+        (todos/waiting.py) holding no thread and no connection. A bearer token whose agent is cached
+        costs no query; other callers (a staff session, with its CSRF check) go through DRF's own
+        authentication, in the process's sync thread."""
+        if request.method != "POST":  # the browsable API's 405 page, OPTIONS: DRF's own dispatch
+            response: HttpResponse = await sync_to_async(super().dispatch)(request, *args, **kwargs)
+            return response
+        return await self._claim(request)
+
+    async def _claim(self, request: HttpRequest) -> HttpResponse:
+        try:
+            agent = await self._caller(request)
+            request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+            data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
+            todos = await waiting.claim_next_waiting(agent=agent, **data)
+            return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
+        except Exception as exc:  # rendered as every API error is; unknown errors propagate
+            return await _error(exc)
+
+    async def _caller(self, request: HttpRequest) -> Agent:
+        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
+        if token is not None:
+            return auth.token_cache.cached(hash_token(token)) or await sync_to_async(auth.agent_for_token)(token)
+        return await sync_to_async(self._session_caller)(request)
+
+    def _session_caller(self, request: HttpRequest) -> Agent:
+        drf_request = self.initialize_request(request)
+        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
+        return caller_agent(drf_request)
+
+
+async def _error(exc: Exception) -> HttpResponse:
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[attr-defined,arg-type]
+    response = await sync_to_async(exception_handler)(exc, {})
+    if response is None:
+        raise exc
+    body = JsonResponse(response.data, status=response.status_code)
+    for header, value in response.headers.items():
+        if header.lower() != "content-type":
+            body[header] = value
+    return body
 
 
 class TodoClaimApi(APIView):
