@@ -5,6 +5,7 @@ this package imports no app."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -92,7 +93,7 @@ class SafeJSONParser(JSONParser):
     recursion limit. The size limit needs nothing here: DRF reads JSON bodies through
     ``request.body``, which enforces DATA_UPLOAD_MAX_MEMORY_SIZE (413 ``too_large``, tested)."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         try:
             return super().parse(stream, media_type, parser_context)
         except RecursionError as exc:

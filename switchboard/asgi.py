@@ -9,6 +9,7 @@ coroutines.
 from __future__ import annotations
 
 import os
+from importlib import import_module
 from typing import Any
 
 import django
@@ -36,7 +37,7 @@ django.setup(set_prefix=False)
 django_application = SingleThreadASGIHandler()
 
 from django.conf import settings  # noqa: E402  (after the app registry is ready)
-from django.utils.module_loading import import_module, import_string  # noqa: E402
+from django.utils.module_loading import import_string  # noqa: E402
 
 _mounts: list[tuple[str, Any]] = [
     (prefix.rstrip("/"), import_string(path)) for prefix, path in getattr(settings, "ASGI_MOUNTS", {}).items()

@@ -9,7 +9,7 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
-from whitenoise.middleware import WhiteNoiseMiddleware
+from whitenoise.middleware import WhiteNoiseMiddleware  # type: ignore[import-untyped]
 
 from switchboard import metrics
 from switchboard.logs import accept_request_id, log_event, request_id_var
@@ -117,6 +117,7 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):  # type: ignore[misc]
     async def _acall(self, request: HttpRequest) -> HttpResponse:
         static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
         if static_file is not None:
-            return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            served: HttpResponse = await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            return served
         response: Awaitable[HttpResponse] = self.get_response(request)
         return await response

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
@@ -137,13 +137,13 @@ class TodoClaimNextApi(APIView):
     async def post(self, request: HttpRequest) -> HttpResponse:
         return await self._claim(request)
 
-    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:  # type: ignore[override]
+    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:  # type: ignore[override]
         """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
         (todos/waiting.py) holding no thread and no connection. A bearer token whose agent is cached
         costs no query; other callers (a staff session, with its CSRF check) go through DRF's own
         authentication, in the process's sync thread."""
         if request.method != "POST":  # the browsable API's 405 page, OPTIONS: DRF's own dispatch
-            response: HttpResponse = await sync_to_async(super().dispatch)(request, *args, **kwargs)
+            response: HttpResponseBase = await sync_to_async(super().dispatch)(request, *args, **kwargs)
             return response
         return await self._claim(request)
 
@@ -171,7 +171,8 @@ class TodoClaimNextApi(APIView):
 
 async def _error(exc: Exception) -> HttpResponse:
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[attr-defined,arg-type]
+        # DRF's dispatch adds this header to a 401; this view answers outside that dispatch.
+        exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[union-attr,arg-type]
     response = await sync_to_async(exception_handler)(exc, {})
     if response is None:
         raise exc
