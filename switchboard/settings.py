@@ -105,6 +105,8 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 # Persistent connections, checked before reuse so a restarted database is reconnected to
 # transparently instead of failing the first request after it comes back.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+# The same backend, with a health check that needs no round trip (switchboard/db/base.py).
+DATABASES["default"]["ENGINE"] = "switchboard.db"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))

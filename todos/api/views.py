@@ -4,10 +4,12 @@ write state. Errors are raised and rendered by switchboard.api.exception_handler
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
@@ -136,6 +138,16 @@ class TodoClaimNextApi(APIView):
     )
     async def post(self, request: HttpRequest) -> HttpResponse:
         return await self._claim(request)
+
+    @staticmethod
+    def runs_async(request: HttpRequest) -> bool:
+        """Under ASGI, only a claim that may wait takes the async path (switchboard/asgi.py): the
+        others run in the process's sync thread like any other request, which is cheaper."""
+        try:
+            body = json.loads(request.body or b"{}")
+        except (ValueError, RequestDataTooBig):  # the sync path answers these as usual
+            return False
+        return request.method == "POST" and isinstance(body, dict) and bool(body.get("wait_seconds"))
 
     async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:  # type: ignore[override]
         """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
