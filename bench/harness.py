@@ -37,7 +37,7 @@ PYTHON = sys.executable
 
 # What gunicorn serves. The worker class and everything else come from gunicorn.conf.py; an ASGI worker
 # class there goes with "switchboard.asgi" here.
-APP = "switchboard.wsgi"
+APP = "switchboard.asgi:application"
 
 SCRATCH_PREFIX = "switchboard_bench"
 

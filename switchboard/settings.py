@@ -56,7 +56,7 @@ MIDDLEWARE = [
     "switchboard.middleware.RequestObservabilityMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn itself: no separate web server needed.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "switchboard.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -74,6 +74,9 @@ ASGI_MOUNTS: dict[str, str] = {
     "/mcp": "todos.mcp.server.application",
     "/.well-known/oauth-protected-resource": "todos.mcp.server.resource_metadata",
 }
+# Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
+# server's event loop, and a stop answers every waiting claim at once.
+ASGI_LIFESPAN: list[str] = ["todos.waiting"]
 
 TEMPLATES = [
     {
@@ -110,6 +113,8 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 # Persistent connections, checked before reuse so a restarted database is reconnected to
 # transparently instead of failing the first request after it comes back.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+# The same backend, with a health check that needs no round trip (switchboard/db/base.py).
+DATABASES["default"]["ENGINE"] = "switchboard.db"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))
@@ -152,7 +157,7 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "switchboard.api.BearerTokenAuthentication",
+        "todos.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -180,8 +185,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 # Seconds an API token's agent is remembered per process (0: looked up on every request). Saves a
-# query a request; a deactivated agent keeps working in other processes for up to this long.
-API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=0)
+# query a request. Every change to an agent clears every process's cache at once (NOTIFY, todos/auth.py);
+# this bound covers only writes that bypass the ORM's signals.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=60)
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 

@@ -36,6 +36,7 @@ from todos.admin_filters import (
     StateFilter,
 )
 from todos.admin_ops import OPS, Op, apply
+from todos.auth import notify_agents_changed
 from todos.models import Agent, Queue, Todo
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -352,6 +353,7 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
     def revoke(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         agents = list(queryset.filter(is_active=True))
         queryset.filter(pk__in=[a.pk for a in agents]).update(is_active=False)
+        notify_agents_changed()  # update() sends no signal: every process's token cache forgets them
         for agent in agents:
             self.log_change(request, agent, "Revoked (deactivated)")
         self.message_user(request, f"{len(agents)} agent(s) revoked; their tokens no longer authenticate.")

@@ -41,19 +41,22 @@ _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
 
 # Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
-# their own statement (no extra round trip); todos/listen.py wakes the long-polling claims of that
-# queue. A NOTIFY is delivered when the transaction commits, so a woken claimer sees the row, and
-# PostgreSQL folds identical (channel, payload) pairs of one transaction into one.
+# their own statement (no extra round trip); todos/waiting.py wakes that many long-polling claims of
+# that queue (a statement that changed n > 1 rows of a queue says "<queue> <n>"). A NOTIFY is
+# delivered when the transaction commits, so a woken claimer sees the row, and PostgreSQL
+# folds identical (channel, payload) pairs of one transaction into one.
 NOTIFY_CHANNEL = "switchboard_todos"
 
 
 def _notifying(changed: str, when: str = "true") -> str:
     """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
-    notifies each distinct queue of the rows that satisfy ``when``; it returns the same rows."""
+    notifies each distinct queue of the rows that satisfy ``when``, with their count when more than
+    one; it returns the same rows."""
     return f"""
 WITH changed AS ({changed}),
 notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM changed WHERE {when}) q
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """

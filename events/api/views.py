@@ -15,7 +15,8 @@ from events import router as event_router
 from events.api.serializers import EventListFilter, EventSerializer, EventSummarySerializer, ReplaySerializer
 from events.models import Event, EventQuerySet
 from switchboard import ids
-from switchboard.api import CreatedCursorPagination, caller_agent
+from switchboard.api import CreatedCursorPagination
+from todos.auth import caller_agent
 from todos.models import Todo, TodoQuerySet
 
 _ERROR = OpenApiResponse(description='`{"error": {"code", "detail"}}`')

@@ -13,7 +13,7 @@ from todos.api.serializers import ErrorSerializer
 
 # drf-spectacular registers extensions in an untyped __init_subclass__.
 class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "switchboard.api.BearerTokenAuthentication"
+    target_class = "todos.auth.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.responses import JSONResponse
 
-from switchboard.api import _active_agent, error_body
+from switchboard.api import error_body
+from todos import auth
 from todos.mcp import tools
 from todos.models import Agent, hash_token
 
@@ -41,7 +42,7 @@ INSTRUCTIONS = (
 async def agent_for_token(token: str) -> Agent | None:
     """The active Agent holding ``token``, or None: REST's own lookup (by hash, with its cache), so MCP
     and REST accept exactly the same tokens. The one place MCP reaches it; repoint it if it moves."""
-    return await tools.in_thread(lambda: _active_agent(hash_token(token)))
+    return await tools.in_thread(lambda: auth.token_cache.active_agent(hash_token(token)))
 
 
 async def _list_tools(
