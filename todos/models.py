@@ -250,6 +250,16 @@ class Agent(models.Model):
     def may_claim_from(self, queue: str) -> bool:
         return _glob_matches(self.claim_scopes, queue)
 
+    def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
+        """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
+        claim for them could never return anything. (Two globs that only partly overlap, such as
+        ``gi*`` and ``*hub``, count as outside.)"""
+        return [
+            w
+            for w in wanted
+            if not _glob_matches(self.claim_scopes, w) and not any(_glob_matches([w], s) for s in self.claim_scopes)
+        ]
+
 
 def _glob_matches(scopes: Iterable[str], queue: str) -> bool:
     # Same meaning as glob_to_like: * any run, ? one character, nothing else special.

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from switchboard.metrics import LEASE_LAPSES, TRANSITIONS
 from todos import sql
-from todos.errors import InvalidTransitionInput, QueueError, TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, QueueError, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.models import Agent, Queue, Todo, glob_to_like, new_todo_id, validate_queue_name
 
 logger = logging.getLogger(__name__)
@@ -257,6 +257,8 @@ def claim_next(
     """
     if not 1 <= limit <= MAX_CLAIM_BATCH:
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
+    if queues and (outside := agent.outside_claim_scopes(queues)):
+        raise QueuesForbidden(outside)
     todos = _rows(
         sql.CLAIM_NEXT,
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -238,7 +239,22 @@ class QueueListSerializer(serializers.Serializer):
 # --- input ------------------------------------------------------------------------------------
 
 
-class TodoCreateInput(serializers.Serializer):
+class StrictInput(serializers.Serializer):
+    """A request body that refuses fields it does not declare (as SQS and Stripe do): a misspelt
+    ``titel`` is a 400 naming it, not a todo with an empty title."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(k) for k in data if k not in self.fields)
+            if unknown:
+                expected = ", ".join(self.fields)
+                raise serializers.ValidationError(
+                    {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
@@ -259,7 +275,7 @@ class TodoListFilter(serializers.Serializer):
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
-class ClaimNextInput(serializers.Serializer):
+class ClaimNextInput(StrictInput):
     queues = serializers.ListField(
         child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
         required=False,
@@ -274,22 +290,22 @@ class ClaimNextInput(serializers.Serializer):
     worker = _worker_field()
 
 
-class ClaimOneInput(serializers.Serializer):
+class ClaimOneInput(StrictInput):
     lease_seconds = LeaseSecondsField()
     worker = _worker_field()
 
 
-class HeartbeatInput(serializers.Serializer):
+class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
 
 
-class CompleteInput(serializers.Serializer):
+class CompleteInput(StrictInput):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class FailInput(serializers.Serializer):
+class FailInput(StrictInput):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
     retry_in_seconds = serializers.FloatField(
@@ -302,22 +318,22 @@ class FailInput(serializers.Serializer):
     )
 
 
-class ReleaseInput(serializers.Serializer):
+class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
 
 
-class RetryInput(serializers.Serializer):
+class RetryInput(StrictInput):
     mode = serializers.ChoiceField(
         choices=["reset", "once"], help_text="reset: a full new budget (attempt = 0); once: exactly one more try."
     )
     note = serializers.CharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
 
 
-class BatchItemInput(serializers.Serializer):
+class BatchItemInput(StrictInput):
     id = serializers.CharField(max_length=40)
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class BatchCompleteInput(serializers.Serializer):
+class BatchCompleteInput(StrictInput):
     items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)

@@ -76,3 +76,69 @@ def test_unexpected_error_in_an_api_view_is_json_500(api, debug, monkeypatch):
     response = client.post("/api/v1/todos/claim/", data="{}", content_type="application/json")
     error = _error(response, 500)
     assert error["code"] == "internal" and "kaboom" not in response.content.decode()
+
+
+# --- strict input -------------------------------------------------------------------------------------
+
+
+def test_create_with_a_misspelt_field_is_invalid_naming_it_and_stores_nothing(api):
+    error = _error(api.post("/todos/", {"queue": "q", "titel": "PR 42"}), 400)
+    assert error["code"] == "invalid"
+    assert list(error["fields"]) == ["titel"]
+    assert "title" in error["fields"]["titel"][0]
+    assert not Todo.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/todos/claim/", {"queue": ["q"]}),
+        ("/todos/td_x/claim/", {"lease": 5}),
+        ("/todos/td_x/heartbeat/", {"lease_id": "ls_x", "lease": 5}),
+        ("/todos/td_x/complete/", {"lease_id": "ls_x", "results": {}}),
+        ("/todos/td_x/fail/", {"lease_id": "ls_x", "reason": "x"}),
+        ("/todos/td_x/release/", {"lease_id": "ls_x", "why": "x"}),
+        ("/todos/complete/", {"items": [], "all": True}),
+    ],
+)
+def test_every_write_refuses_unknown_fields(api, path, body):
+    error = _error(api.post(path, body), 400)
+    assert error["code"] == "invalid"
+    assert set(body) - {"lease_id", "items"} <= set(error["fields"])
+
+
+def test_batch_complete_refuses_unknown_fields_inside_items(api, make_todo):
+    todo = make_todo("q")
+    error = _error(api.post("/todos/complete/", {"items": [{"id": todo.id, "lease_id": "ls_x", "res": 1}]}), 400)
+    assert "res" in str(error["fields"]["items"])
+
+
+def test_retry_refuses_unknown_fields(make_agent, api_for, make_todo):
+    api = api_for(make_agent("ops", can_retry_dead_letters=True))
+    todo = make_todo("q", state="failed", attempt=5, max_attempts=5)
+    error = _error(api.post(f"/todos/{todo.id}/retry/", {"mode": "once", "notes": "x"}), 400)
+    assert list(error["fields"]) == ["notes"]
+    todo.refresh_from_db()
+    assert todo.state == "failed"
+
+
+def test_claim_naming_queues_outside_the_scopes_is_403_naming_them(make_agent, api_for, make_todo):
+    api = api_for(make_agent("narrow", claim=["github.*", "demo"]))
+    make_todo("demo")
+    response = api.post("/todos/claim/", {"queues": ["demo", "stripe.events", "billing.*"], "wait_seconds": 20})
+    error = _error(response, 403)
+    assert error["code"] == "forbidden"
+    assert error["queues"] == ["stripe.events", "billing.*"]
+    assert Todo.objects.get().state == "pending"  # nothing was claimed from the allowed one either
+
+
+@pytest.mark.parametrize("queues", [["github.prs"], ["github.*"], ["github.p*"], ["*"], ["demo"]])
+def test_claim_naming_queues_that_meet_the_scopes_is_allowed(make_agent, api_for, queues):
+    api = api_for(make_agent("narrow", claim=["github.*", "demo"]))
+    response = api.post("/todos/claim/", {"queues": queues})
+    assert response.status_code == 200 and response.json() == {"todos": []}
+
+
+def test_no_content_type_is_415(api):
+    response = api.client.post("/api/v1/todos/", data="queue=q", content_type="text/plain")
+    assert _error(response, 415)["code"] == "invalid"

@@ -156,11 +156,13 @@ def test_claim_next_claims_the_oldest_with_owner_from_the_token_and_worker(api, 
     assert timedelta(seconds=25) < old.lease_expires_at - old.claimed_at <= timedelta(seconds=30)
 
 
-def test_claim_next_ignores_an_owner_in_the_body(api, make_todo):
+def test_claim_next_refuses_an_owner_in_the_body(api, make_todo):
+    # The owner is the authenticated agent's name, never the body's (SPEC decision 6): the field is unknown.
     todo = make_todo("q")
-    _claim(api, owner="mallory")
+    response = api.post("/todos/claim/", {"owner": "mallory"})
+    assert response.status_code == 400 and list(response.json()["error"]["fields"]) == ["owner"]
     todo.refresh_from_db()
-    assert todo.owner == "alice"
+    assert todo.owner is None and todo.state == TodoState.PENDING
 
 
 def test_claim_next_takes_a_batch_up_to_limit_and_answers_an_empty_list_when_none(api, make_todo):
