@@ -258,7 +258,7 @@ def test_force_release_frees_a_stuck_claim_and_skips_others(admin_client, agent,
     response = _post_action(admin_client, "force_release", [claimed.id, other.id])
     assert _messages(response) == ["1 released; 1 skipped: 1 pending (only claimed todos can be force-released)."]
     claimed.refresh_from_db()
-    assert claimed.state == TodoState.PENDING and claimed.owner is None and pending.id == claimed.id
+    assert claimed.state == TodoState.PENDING and claimed.lease_id is None and pending.id == claimed.id
 
 
 def test_action_from_the_detail_page_returns_there(admin_client, make_todo):

@@ -312,7 +312,8 @@ def test_release_gives_the_todo_and_the_attempt_back(api, claimed):
     response = api.post(f"/todos/{claimed['id']}/release/", {"lease_id": claimed["lease_id"]})
     assert response.status_code == 200
     todo = Todo.objects.get(pk=claimed["id"])
-    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.owner is None
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
+    assert todo.owner == "alice"  # last claimed by, as after a lapse
 
 
 def test_release_with_a_stale_receipt_is_conflict(api, claimed):
