@@ -5,6 +5,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from switchboard import api, health
 from todos import dashboard
 
+# The operator console is Switchboard's, not "Django administration".
+admin.site.site_header = "Switchboard"
+admin.site.site_title = "Switchboard"
+admin.site.index_title = "Operations"
+
 urlpatterns = [
     # Staff only (admin_view sends anyone else to the admin login).
     path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Q, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -28,6 +28,7 @@ from todos.admin_filters import (
     DeadLetterFilter,
     KindFilter,
     LapsedFilter,
+    LastErrorFilter,
     QueueFilter,
     RetryWaitingFilter,
     SourceFilter,
@@ -48,6 +49,12 @@ def _operator_action(op: Op) -> Any:
 
     action.__name__ = op.name
     return admin.action(description=op.label, permissions=["operate"])(action)
+
+
+def _shortened(text: str, limit: int) -> SafeString:
+    """Cut to ``limit`` characters with an ellipsis, the whole text in the tooltip."""
+    short = text if len(text) <= limit else text[: limit - 1] + "…"
+    return format_html('<span title="{}">{}</span>', text, short)
 
 
 def ops_for(todo: Todo) -> list[Op]:
@@ -71,6 +78,7 @@ class TodoAdmin(admin.ModelAdmin):
         "short_title",
         "state_badge",
         "attempts",
+        "last_error",
         "assignee",
         "owner",
         "due",
@@ -80,6 +88,7 @@ class TodoAdmin(admin.ModelAdmin):
     list_filter = (
         StateFilter,
         DeadLetterFilter,
+        LastErrorFilter,
         RetryWaitingFilter,
         LapsedFilter,
         QueueFilter,
@@ -89,8 +98,8 @@ class TodoAdmin(admin.ModelAdmin):
     )
     search_fields = ("id", "title", "idempotency_key", "owner")
     search_help_text = (
-        "A td_… id (or an ev_… event id) finds exactly that; other text matches titles containing it, "
-        "or an exact idempotency key or owner."
+        "A td_… id (or an ev_… event id) finds exactly that; key:K an idempotency key, owner:NAME a last "
+        "claimer; other text matches titles containing it."
     )
     ordering = ("-created_at",)
     sortable_by = ("age",)  # the one order an index serves with every filter
@@ -149,7 +158,8 @@ class TodoAdmin(admin.ModelAdmin):
         qs = super().get_queryset(request)
         match = request.resolver_match
         if match is None or match.url_name != "todos_todo_change":
-            qs = qs.defer("payload", "result", "errors")
+            # The list reads only the last error's first characters from the heavy errors column.
+            qs = qs.defer("payload", "result", "errors").annotate(last_error_text=show.last_error())
         return qs
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
@@ -160,7 +170,12 @@ class TodoAdmin(admin.ModelAdmin):
             return queryset.filter(pk=term), False  # the primary key: one index probe
         if EVENT_ID_RE.match(term):
             return queryset.filter(event_id=term), False
-        return queryset.filter(Q(title__icontains=term) | Q(idempotency_key=term) | Q(owner=term)), False
+        # Exact keys and owners take a prefix: OR-ing them into the title search would keep the planner
+        # from the trigram index (todo_title_trgm) and scan the whole table.
+        field, _, value = term.partition(":")
+        if value and field in ("key", "owner"):
+            return queryset.filter(**{"idempotency_key" if field == "key" else "owner": value.strip()}), False
+        return queryset.filter(title__icontains=term), False
 
     @admin.display(description="id")
     def short_id(self, obj: Todo) -> SafeString:
@@ -169,8 +184,13 @@ class TodoAdmin(admin.ModelAdmin):
         return format_html('<span title="{}">{}…</span>', obj.pk, obj.pk[:11])
 
     @admin.display(description="title")
-    def short_title(self, obj: Todo) -> str:
-        return obj.title if len(obj.title) <= 60 else obj.title[:59] + "…"
+    def short_title(self, obj: Todo) -> SafeString:
+        return _shortened(obj.title, 48)
+
+    @admin.display(description="last error")
+    def last_error(self, obj: Todo) -> SafeString | str:
+        text = getattr(obj, "last_error_text", None)
+        return _shortened(text, 40) if text else "—"
 
     @admin.display(description="state")
     def state_badge(self, obj: Todo) -> SafeString:
@@ -266,7 +286,50 @@ class TodoAdmin(admin.ModelAdmin):
                 (op.label, reverse("admin:todos_todo_bulk", args=[op.name]) + (f"?{query}" if query else ""))
                 for op in OPS.values()
             ]
-        return super().changelist_view(request, extra_context)
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context and request.GET.get(DeadLetterFilter.parameter_name) == "yes":
+            if LastErrorFilter.parameter_name not in request.GET:
+                context["error_groups"] = self.error_groups(request, context["cl"].queryset)
+        return response
+
+    # --- triage: dead-letters grouped by their last error ----------------------------------------
+    error_group_limit = 20
+    # Group actions: a whole group is retried or discarded through the batched every-matching run.
+    error_group_ops = ("retry_reset", "retry_once", "discard")
+
+    def error_groups(self, request: HttpRequest, matching: QuerySet) -> list[dict[str, Any]]:
+        """The largest groups of the listed dead-letters by last error ("30 x timeout"), each with the
+        list narrowed to it and the every-matching actions for it. One GROUP BY over the dead-letters
+        the filters select (todo_dead_letters serves the dead-letter condition)."""
+        rows = (
+            matching.order_by()
+            .annotate(group=show.last_error())
+            .values("group")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "group")[: self.error_group_limit]
+        )
+        may_operate = self.has_operate_permission(request)
+        groups = []
+        for row in rows:
+            params = request.GET.copy()
+            params.pop("p", None)
+            params[LastErrorFilter.parameter_name] = row["group"] or ""
+            query = params.urlencode()
+            groups.append(
+                {
+                    "error": row["group"] or "(no error recorded)",
+                    "count": row["n"],
+                    "list_url": f"{reverse('admin:todos_todo_changelist')}?{query}",
+                    "actions": [
+                        (OPS[name].label, f"{reverse('admin:todos_todo_bulk', args=[name])}?{query}")
+                        for name in self.error_group_ops
+                    ]
+                    if may_operate and row["group"]
+                    else [],
+                }
+            )
+        return groups
 
     def run_op(self, request: HttpRequest, queryset: QuerySet, op: Op) -> HttpResponse | None:
         if request.POST.get("select_across") == "1":
