@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -133,7 +134,7 @@ class EventAdmin(admin.ModelAdmin):
             "",
             '<li><a href="{}">{}</a> {} {} “{}” {}</li>',
             (
-                (reverse("admin:todos_todo_change", args=[t.pk]), t.pk, t.queue, t.kind, t.title, state_badge(t))
+                (reverse("admin:todos_todo_change", args=[quote(t.pk)]), t.pk, t.queue, t.kind, t.title, state_badge(t))
                 for t in todos[:MAX_TODOS_SHOWN]
             ),
         )

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -241,7 +242,7 @@ class TodoAdmin(admin.ModelAdmin):
     def event_link(self, obj: Todo) -> SafeString | str:
         if not obj.event_id:
             return "—"
-        url = reverse("admin:events_event_change", args=[obj.event_id])
+        url = reverse("admin:events_event_change", args=[quote(obj.event_id)])
         return format_html('<a href="{}">{}</a>', url, obj.event_id)
 
     @admin.display(description="other todos of this event")
@@ -258,7 +259,7 @@ class TodoAdmin(admin.ModelAdmin):
             "",
             '<li><a href="{}">{}</a> {} {} {}</li>',
             (
-                (reverse("admin:todos_todo_change", args=[t.pk]), t.pk, t.queue, t.kind, show.state_badge(t))
+                (reverse("admin:todos_todo_change", args=[quote(t.pk)]), t.pk, t.queue, t.kind, show.state_badge(t))
                 for t in siblings
             ),
         )
@@ -268,7 +269,8 @@ class TodoAdmin(admin.ModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         extra_context = extra_context or {}
-        todo = Todo.objects.filter(pk=object_id).only("state", "next_retry_at").first()
+        # The admin's own links quote the id ("td_5F…"); look the todo up as get_object does.
+        todo = Todo.objects.filter(pk=unquote(object_id)).only("state", "next_retry_at").first()
         if todo is not None and self.has_operate_permission(request):
             extra_context["todo_ops"] = ops_for(todo)
             extra_context["changelist_url"] = reverse("admin:todos_todo_changelist")
