@@ -128,5 +128,6 @@ class LastErrorFilter(admin.SimpleListFilter):
         from todos.admin_display import last_error
 
         if self.value():
-            return queryset.annotate(sb_last_error=last_error()).filter(sb_last_error=self.value())
+            narrowed: QuerySet = queryset.annotate(sb_last_error=last_error()).filter(sb_last_error=self.value())
+            return narrowed
         return queryset
