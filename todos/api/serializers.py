@@ -195,7 +195,17 @@ class ClaimedSerializer(serializers.Serializer):
 
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.ChoiceField(
-        choices=["not_found", "conflict", "invalid", "unauthorized", "forbidden", "too_large", "unavailable"]
+        choices=[
+            "not_found",
+            "conflict",
+            "invalid",
+            "unauthorized",
+            "forbidden",
+            "method_not_allowed",
+            "too_large",
+            "internal",
+            "unavailable",
+        ]
     )
     detail = serializers.CharField()
     fields = serializers.DictField(
@@ -205,6 +215,10 @@ class ErrorBodySerializer(serializers.Serializer):
     )
     state = serializers.CharField(required=False, help_text="conflict: the todo's current state.")
     dead_letter = serializers.BooleanField(required=False, help_text="conflict: whether it is a dead-letter.")
+    queues = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="forbidden (claim): the queues outside the scopes."
+    )
+    path = serializers.CharField(required=False, help_text="not_found: the path with a trailing slash, if it exists.")
 
 
 class ErrorSerializer(serializers.Serializer):
