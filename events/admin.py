@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import lookup_field
+from django.contrib.admin.utils import lookup_field, quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -129,7 +129,7 @@ class EventAdmin(admin.ModelAdmin[Event]):
             '<li><a href="{}">{}</a> {} {} “{}” {}</li>',
             (
                 (
-                    reverse("admin:todos_todo_change", args=[t.pk]),
+                    reverse("admin:todos_todo_change", args=[quote(t.pk)]),
                     t.pk,
                     t.queue,
                     t.kind,

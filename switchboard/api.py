@@ -10,8 +10,10 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
+from django.urls import Resolver404, resolve, reverse
 from django.utils.deprecation import MiddlewareMixin
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
@@ -124,4 +126,45 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
                 status=503,
                 headers={"Retry-After": "1"},
             )
+        if request.path.startswith("/api/"):
+            # An API client never gets Django's HTML error page (DEBUG on or off); the trace goes to
+            # the log, with the request id the client sees.
+            logger.exception("unhandled error on %s %s", request.method, request.path)
+            return JsonResponse(error_body("internal", "An unexpected error occurred."), status=500)
         return None
+
+
+@csrf_exempt  # read-only; a POST gets the JSON 405 rather than the CSRF page
+def api_root(request: HttpRequest) -> JsonResponse:
+    """/api/v1/: where things are (the banner of `make run` links here). No authentication: it names
+    only public paths."""
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse(error_body("method_not_allowed", f'Method "{request.method}" not allowed.'), status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    return JsonResponse(
+        {
+            "todos": request.build_absolute_uri(reverse("todo-list")),
+            "queues": request.build_absolute_uri(reverse("queue-list")),
+            "events": request.build_absolute_uri(reverse("events:list")),
+            "schema": request.build_absolute_uri(reverse("schema")),
+            "docs": request.build_absolute_uri(reverse("api-docs")),
+        }
+    )
+
+
+@csrf_exempt  # it only ever answers 404; a session's POST must get that JSON, not the CSRF page
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Every unmatched path under /api/ answers JSON 404. Mounted last under api/, it also keeps
+    APPEND_SLASH from redirecting (or, for a POST, failing with a 500): a path that exists with a
+    trailing slash is named in the answer instead."""
+    extra: dict[str, Any] = {}
+    if not request.path.endswith("/"):
+        try:
+            match = resolve(request.path_info + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            extra["path"] = request.path + "/"
+    detail = f"No API path {request.path}." + (f" Did you mean {extra['path']}?" if extra else "")
+    return JsonResponse(error_body("not_found", detail, **extra), status=404)

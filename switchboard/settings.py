@@ -7,6 +7,7 @@ Convenient values (a development key, localhost hosts) apply only when DEBUG is 
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 import django_stubs_ext
@@ -22,6 +23,14 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+
+# Local development: `make run` writes a .env beside manage.py (DEBUG=true, a generated SECRET_KEY;
+# git-ignored), so commands run by hand (`.venv/bin/python manage.py create_agent ...`) get the same
+# settings as `make run`. Variables already in the environment win over the file. ENV_FILE names another
+# file, or "" for none (the test suite sets that, so a developer's .env cannot change what tests see).
+ENV_FILE = os.environ.get("ENV_FILE", str(BASE_DIR / ".env"))
+if ENV_FILE and Path(ENV_FILE).is_file():
+    environ.Env.read_env(ENV_FILE)
 
 DEBUG = env.bool("DEBUG", default=False)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten_fieldsets
-from django.db.models import Q, QuerySet
+from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -30,6 +30,7 @@ from todos.admin_filters import (
     DeadLetterFilter,
     KindFilter,
     LapsedFilter,
+    LastErrorFilter,
     QueueFilter,
     RetryWaitingFilter,
     SourceFilter,
@@ -51,6 +52,12 @@ def _operator_action(op: Op) -> Any:
     return admin.action(description=op.label, permissions=["operate"])(action)
 
 
+def _shortened(text: str, limit: int) -> SafeString:
+    """Cut to ``limit`` characters with an ellipsis, the whole text in the tooltip."""
+    short = text if len(text) <= limit else text[: limit - 1] + "…"
+    return format_html('<span title="{}">{}</span>', text, short)
+
+
 def ops_for(todo: Todo) -> list[Op]:
     """The actions whose guard this todo passes now (the detail page offers only those)."""
     label = states.label(todo)
@@ -65,15 +72,16 @@ def ops_for(todo: Todo) -> list[Op]:
 
 @admin.register(Todo)
 class TodoAdmin(admin.ModelAdmin[Todo]):
+    # Fits 1280 px beside the filter panel (a browser test measures it): long text is cut with the
+    # whole in the tooltip; kind and assignee are filters and on the detail page, not columns.
     list_display = (
         "short_id",
-        "queue",
-        "kind",
+        "short_queue",
         "short_title",
         "state_badge",
         "attempts",
-        "assignee",
-        "owner",
+        "last_error",
+        "short_owner",
         "due",
         "age",
     )
@@ -81,6 +89,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     list_filter = (
         StateFilter,
         DeadLetterFilter,
+        LastErrorFilter,
         RetryWaitingFilter,
         LapsedFilter,
         QueueFilter,
@@ -90,8 +99,8 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     )
     search_fields = ("id", "title", "idempotency_key", "owner")
     search_help_text = (
-        "A td_… id (or an ev_… event id) finds exactly that; other text matches titles containing it, "
-        "or an exact idempotency key or owner."
+        "A td_… id (or an ev_… event id) finds exactly that; key:K an idempotency key, owner:NAME a last "
+        "claimer; other text matches titles containing it."
     )
     ordering = ("-created_at",)
     sortable_by = ("age",)  # the one order an index serves with every filter
@@ -150,7 +159,8 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         qs = super().get_queryset(request)
         match = request.resolver_match
         if match is None or match.url_name != "todos_todo_change":
-            qs = qs.defer("payload", "result", "errors")
+            # The list reads only the last error's first characters from the heavy errors column.
+            qs = qs.defer("payload", "result", "errors").annotate(last_error_text=show.last_error())
         return qs
 
     def get_search_results(
@@ -163,7 +173,12 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             return queryset.filter(pk=term), False  # the primary key: one index probe
         if ids.is_id(term, ids.EVENT):
             return queryset.filter(event_id=term), False
-        return queryset.filter(Q(title__icontains=term) | Q(idempotency_key=term) | Q(owner=term)), False
+        # Exact keys and owners take a prefix: OR-ing them into the title search would keep the planner
+        # from the trigram index (todo_title_trgm) and scan the whole table.
+        field, _, value = term.partition(":")
+        if value and field in ("key", "owner"):
+            return queryset.filter(**{"idempotency_key" if field == "key" else "owner": value.strip()}), False
+        return queryset.filter(title__icontains=term), False
 
     @admin.display(description="id")
     def short_id(self, obj: Todo) -> SafeString:
@@ -172,18 +187,31 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         return format_html('<span title="{}">{}…</span>', obj.pk, obj.pk[:11])
 
     @admin.display(description="title")
-    def short_title(self, obj: Todo) -> str:
-        return obj.title if len(obj.title) <= 60 else obj.title[:59] + "…"
+    def short_title(self, obj: Todo) -> SafeString:
+        return _shortened(obj.title, 24)
+
+    @admin.display(description="last error")
+    def last_error(self, obj: Todo) -> SafeString | str:
+        text = getattr(obj, "last_error_text", None)
+        return _shortened(text, 24) if text else "—"
+
+    @admin.display(description="queue")
+    def short_queue(self, obj: Todo) -> SafeString:
+        return _shortened(obj.queue, 16)
+
+    @admin.display(description="owner")
+    def short_owner(self, obj: Todo) -> SafeString | str:
+        return _shortened(obj.owner, 10) if obj.owner else "—"
 
     @admin.display(description="state")
     def state_badge(self, obj: Todo) -> SafeString:
         return show.state_badge(obj)
 
-    @admin.display(description="attempt")
+    @admin.display(description="tries")
     def attempts(self, obj: Todo) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"
 
-    @admin.display(description="lease expiry / next retry")
+    @admin.display(description="due")
     def due(self, obj: Todo) -> str:
         if states.CLAIMED.holds(obj):
             return f"lease {show.relative(obj.lease_expires_at)}"
@@ -216,7 +244,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     def event_link(self, obj: Todo) -> SafeString | str:
         if not obj.event_id:
             return "—"
-        url = reverse("admin:events_event_change", args=[obj.event_id])
+        url = reverse("admin:events_event_change", args=[quote(obj.event_id)])
         return format_html('<a href="{}">{}</a>', url, obj.event_id)
 
     @admin.display(description="other todos of this event")
@@ -233,7 +261,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             "",
             '<li><a href="{}">{}</a> {} {} {}</li>',
             (
-                (reverse("admin:todos_todo_change", args=[t.pk]), t.pk, t.queue, t.kind, show.state_badge(t))
+                (reverse("admin:todos_todo_change", args=[quote(t.pk)]), t.pk, t.queue, t.kind, show.state_badge(t))
                 for t in siblings
             ),
         )
@@ -243,7 +271,8 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         extra_context = extra_context or {}
-        todo = Todo.objects.filter(pk=object_id).only("state", "next_retry_at").first()
+        # The admin's own links quote the id ("td_5F…"); look the todo up as get_object does.
+        todo = Todo.objects.filter(pk=unquote(object_id)).only("state", "next_retry_at").first()
         if todo is not None and self.has_operate_permission(request):
             extra_context["todo_ops"] = ops_for(todo)
             extra_context["changelist_url"] = reverse("admin:todos_todo_changelist")
@@ -269,7 +298,50 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
                 (op.label, reverse("admin:todos_todo_bulk", args=[op.name]) + (f"?{query}" if query else ""))
                 for op in OPS.values()
             ]
-        return super().changelist_view(request, extra_context)
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context and request.GET.get(DeadLetterFilter.parameter_name) == "yes":
+            if LastErrorFilter.parameter_name not in request.GET:
+                context["error_groups"] = self.error_groups(request, context["cl"].queryset)
+        return response
+
+    # --- triage: dead-letters grouped by their last error ----------------------------------------
+    error_group_limit = 20
+    # Group actions: a whole group is retried or discarded through the batched every-matching run.
+    error_group_ops = ("retry_reset", "retry_once", "discard")
+
+    def error_groups(self, request: HttpRequest, matching: QuerySet[Todo]) -> list[dict[str, Any]]:
+        """The largest groups of the listed dead-letters by last error ("30 x timeout"), each with the
+        list narrowed to it and the every-matching actions for it. One GROUP BY over the dead-letters
+        the filters select (todo_dead_letters serves the dead-letter condition)."""
+        rows = (
+            matching.order_by()
+            .annotate(group=show.last_error())
+            .values("group")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "group")[: self.error_group_limit]
+        )
+        may_operate = self.has_operate_permission(request)
+        groups = []
+        for row in rows:
+            params = request.GET.copy()
+            params.pop("p", None)
+            params[LastErrorFilter.parameter_name] = row["group"] or ""
+            query = params.urlencode()
+            groups.append(
+                {
+                    "error": row["group"] or "(no error recorded)",
+                    "count": row["n"],
+                    "list_url": f"{reverse('admin:todos_todo_changelist')}?{query}",
+                    "actions": [
+                        (OPS[name].label, f"{reverse('admin:todos_todo_bulk', args=[name])}?{query}")
+                        for name in self.error_group_ops
+                    ]
+                    if may_operate and row["group"]
+                    else [],
+                }
+            )
+        return groups
 
     def run_op(self, request: HttpRequest, queryset: QuerySet[Todo], op: Op) -> HttpResponse | None:
         if request.POST.get("select_across") == "1":

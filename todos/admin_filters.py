@@ -110,3 +110,24 @@ class AssigneeFilter(_ValueFilter):
     title = "assignee"
     parameter_name = "assignee"
     column = "assignee"
+
+
+class LastErrorFilter(admin.SimpleListFilter):
+    """Todos whose last error (shortened as the triage groups shorten it) is exactly this one. Its
+    choices are the groups the dead-letter list shows above the table (TodoAdmin.error_groups), so the
+    sidebar lists only the one chosen: a GROUP BY per page load would be too dear at 1M rows."""
+
+    title = "last error"
+    parameter_name = "error"
+
+    def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value if len(value) <= 40 else value[:39] + "…")] if value else []
+
+    def queryset(self, request: Any, queryset: QuerySet[Todo]) -> QuerySet[Todo]:
+        from todos.admin_display import last_error
+
+        if self.value():
+            narrowed: QuerySet[Todo] = queryset.annotate(sb_last_error=last_error()).filter(sb_last_error=self.value())
+            return narrowed
+        return queryset

@@ -27,6 +27,16 @@ class TodoConflict(QueueError):
         self.state = state
 
 
+class QueuesForbidden(QueueError):
+    """A claim named queues its caller may never claim from. Refused at once, instead of an empty answer
+    after the whole long-poll; ``queues`` lists them. Naming them leaks nothing: they come from the caller."""
+
+    code = "forbidden"
+
+    def __init__(self, queues: list[str]) -> None:
+        super().__init__(f"Outside this agent's claim scopes: {', '.join(queues)}.", queues=queues)
+
+
 class InvalidTransitionInput(QueueError):
     """A transition was asked for with values it cannot take (e.g. a queue outside the create scopes)."""
 

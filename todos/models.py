@@ -16,10 +16,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models.functions import Now, Upper
 
 from todos import states
 from todos.states import TodoState
@@ -168,6 +169,10 @@ class Todo(models.Model):
             # The dashboard's failures per minute (failed rows by when they last changed), and
             # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
             models.Index(fields=["updated_at"], condition=states.FAILED.q, name="todo_failed_recent"),
+            # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
+            # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
+            # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
+            GinIndex(OpClass(Upper("title"), name="gin_trgm_ops"), name="todo_title_trgm"),
         ]
 
     def __str__(self) -> str:
@@ -234,6 +239,16 @@ class Agent(models.Model):
 
     def may_claim_from(self, queue: str) -> bool:
         return _glob_matches(self.claim_scopes, queue)
+
+    def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
+        """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
+        claim for them could never return anything. (Two globs that only partly overlap, such as
+        ``gi*`` and ``*hub``, count as outside.)"""
+        return [
+            w
+            for w in wanted
+            if not _glob_matches(self.claim_scopes, w) and not any(_glob_matches([w], s) for s in self.claim_scopes)
+        ]
 
 
 def _glob_matches(scopes: Iterable[str], queue: str) -> bool:

@@ -19,7 +19,7 @@ from django.db import connection
 from psycopg.types.json import Jsonb
 
 from todos import sql, states
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, glob_to_like, new_todo_id, validate_queue_name
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
@@ -140,6 +140,8 @@ def claim_next(
     """
     if not 1 <= limit <= MAX_CLAIM_BATCH:
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
+    if queues and (outside := agent.outside_claim_scopes(queues)):
+        raise QueuesForbidden(outside)
     todos = fetch_todos(
         sql.CLAIM_NEXT,
         {

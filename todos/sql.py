@@ -241,6 +241,10 @@ RETURNING {_TODO_COLUMNS}
     when=S.RETRY_DUE.sql(),
 )
 
+# Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
+# every other transition (release, lapse, fail, complete, operator steps), so a released and a lapsed
+# todo look alike. Only the receipt (lease_id) says whether a claim is still held.
+
 # release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
 # a dead-letter: handing back a lease the reaper dead-lettered at its cap would make it claimable again.
 # Notifies.
@@ -248,7 +252,6 @@ RELEASE = _notifying(f"""
 UPDATE todos_todo SET
     state = 'pending',
     attempt = GREATEST(attempt - 1, 0),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -267,7 +270,6 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry',
         'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -353,7 +355,6 @@ UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
     completed_at = now(),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -372,7 +373,6 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator force-release',
         'operator', %(operator)s::text, 'owner', t.owner)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,

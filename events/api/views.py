@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -83,6 +83,11 @@ class EventReplay(APIView):
 
     @extend_schema(summary="Replay an event's routing", request=None, responses={200: ReplaySerializer, **_ERRORS})
     def post(self, request: Request, pk: str) -> Response:
+        # It takes no body; any field given is unknown (400 naming it), as on every API write. Only a
+        # JSON body is read: an empty POST of any content type (curl -X POST) stays a plain replay.
+        has_json = request.content_type.startswith("application/json") and request.body.strip()
+        if has_json and isinstance(request.data, dict) and request.data:
+            raise ValidationError({k: ["Unknown field; replay takes no body."] for k in sorted(request.data)})
         event = _event_or_404(request, pk)
         agent = None if _is_staff(request) else caller_agent(request)
         router = event_router.current()

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from events import router as event_router
@@ -41,7 +42,7 @@ def test_event_detail_shows_payload_and_its_todos(admin_client, events):
     todo, _ = queue.create(queue="q", title="from the push", event_id=events[0].id)
     body = admin_client.get(reverse("admin:events_event_change", args=[events[0].id])).content.decode()
     assert "&quot;ref&quot;: &quot;main&quot;" in body
-    assert reverse("admin:todos_todo_change", args=[todo.id]) in body
+    assert reverse("admin:todos_todo_change", args=[quote(todo.id)]) in body
     assert 'name="_save"' not in body
 
 

@@ -27,7 +27,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
 _ERRORS = {
     400: ("invalid", "The input is invalid; `fields` holds the messages per field.", {"limit": ["too large"]}),
     401: ("unauthorized", "No token, an unknown token, or an inactive agent.", None),
-    403: ("forbidden", "The caller may not retry dead-letters.", None),
+    403: ("forbidden", "Retrying dead-letters without the right, or claiming queues outside the scopes.", None),
     404: ("not_found", "No such todo in the caller's scopes.", None),
     409: ("conflict", "The todo exists but is not in a state (or lease) that allows this.", None),
     413: ("too_large", "The request body or a JSON value is over its size limit.", None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -196,7 +197,17 @@ class ClaimedSerializer(serializers.Serializer[Any]):
 
 class ErrorBodySerializer(serializers.Serializer[Any]):
     code = serializers.ChoiceField(
-        choices=["not_found", "conflict", "invalid", "unauthorized", "forbidden", "too_large", "unavailable"]
+        choices=[
+            "not_found",
+            "conflict",
+            "invalid",
+            "unauthorized",
+            "forbidden",
+            "method_not_allowed",
+            "too_large",
+            "internal",
+            "unavailable",
+        ]
     )
     detail = serializers.CharField()
     # Named like Serializer.fields; the metaclass takes it off the class (see TodoSerializer.errors).
@@ -207,6 +218,10 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
     )
     state = serializers.CharField(required=False, help_text="conflict: the todo's current state.")
     dead_letter = serializers.BooleanField(required=False, help_text="conflict: whether it is a dead-letter.")
+    queues = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="forbidden (claim): the queues outside the scopes."
+    )
+    path = serializers.CharField(required=False, help_text="not_found: the path with a trailing slash, if it exists.")
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
@@ -241,7 +256,22 @@ class QueueListSerializer(serializers.Serializer[Any]):
 # --- input ------------------------------------------------------------------------------------
 
 
-class TodoCreateInput(serializers.Serializer[Any]):
+class StrictInput(serializers.Serializer[Any]):
+    """A request body that refuses fields it does not declare (as SQS and Stripe do): a misspelt
+    ``titel`` is a 400 naming it, not a todo with an empty title."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(k) for k in data if k not in self.fields)
+            if unknown:
+                expected = ", ".join(self.fields)
+                raise serializers.ValidationError(
+                    {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
@@ -263,7 +293,7 @@ class TodoListFilter(serializers.Serializer[Any]):
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
-class ClaimNextInput(serializers.Serializer[Any]):
+class ClaimNextInput(StrictInput):
     queues = serializers.ListField(
         child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
         required=False,
@@ -278,22 +308,22 @@ class ClaimNextInput(serializers.Serializer[Any]):
     worker = _worker_field()
 
 
-class ClaimOneInput(serializers.Serializer[Any]):
+class ClaimOneInput(StrictInput):
     lease_seconds = LeaseSecondsField()
     worker = _worker_field()
 
 
-class HeartbeatInput(serializers.Serializer[Any]):
+class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
 
 
-class CompleteInput(serializers.Serializer[Any]):
+class CompleteInput(StrictInput):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class FailInput(serializers.Serializer[Any]):
+class FailInput(StrictInput):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
     retry_in_seconds = serializers.FloatField(
@@ -306,23 +336,22 @@ class FailInput(serializers.Serializer[Any]):
     )
 
 
-class ReleaseInput(serializers.Serializer[Any]):
+class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
 
 
-class RetryInput(serializers.Serializer[Any]):
+class RetryInput(StrictInput):
     mode = serializers.ChoiceField(
         choices=["reset", "once"], help_text="reset: a full new budget (attempt = 0); once: exactly one more try."
     )
     note = serializers.CharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
 
 
-class BatchItemInput(serializers.Serializer[Any]):
+class BatchItemInput(StrictInput):
     id = serializers.CharField(max_length=40)
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class BatchCompleteInput(serializers.Serializer[Any]):
-    # many=True makes a ListSerializer, which takes max_length; the stub types the child's __init__.
+class BatchCompleteInput(StrictInput):
     items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]

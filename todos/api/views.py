@@ -128,9 +128,10 @@ class TodoClaimNextApi(APIView):
         summary="Claim the next todos",
         description="Claims up to `limit` todos, oldest first, from the caller's claim scopes (narrowed by "
         "`queues`). `wait_seconds` long-polls: the request waits until work becomes claimable in those queues "
-        "or the time runs out, then answers 200 with an empty list.",
+        "or the time runs out, then answers 200 with an empty list. Naming a queue outside the claim scopes "
+        "is 403 `forbidden` at once, listing them in `queues`.",
         request=ClaimNextInput,
-        **docs.documented(ClaimedSerializer, (400, 401, 413), docs.CLAIM_NEXT_EXAMPLES),
+        **docs.documented(ClaimedSerializer, (400, 401, 403, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
     async def post(self, request: HttpRequest) -> HttpResponse:
         return await self._claim(request)

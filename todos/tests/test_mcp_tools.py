@@ -196,13 +196,15 @@ def test_another_agents_todo_is_not_found_and_not_listed(mcp_base, make_agent, m
             error(await client.call_tool("create_for", {"queue": "alice.jobs"})),
             ok(await client.call_tool("list_todos", {})),
             ok(await client.call_tool("list_queues", {})),
-            ok(await client.call_tool("claim", {"queues": ["alice.*"]})),
+            error(await client.call_tool("claim", {"queues": ["alice.*"]})),
         ]
 
     got, claimed_again, completed, created, listed, queues, next_one = run(mcp_base, bob.token, scenario)
     assert [got["code"], claimed_again["code"], completed["code"]] == ["not_found"] * 3
     assert created["code"] == "invalid" and "queue" in created["fields"]
-    assert listed == {"todos": []} and queues == {"queues": []} and next_one == {"todo": None}
+    assert listed == {"todos": []} and queues == {"queues": []}
+    # Naming queues outside its scopes is refused outright (as over REST), not an empty wait.
+    assert next_one["code"] == "forbidden" and next_one["queues"] == ["alice.*"]
     assert Todo.objects.get().state == TodoState.CLAIMED  # untouched
 
 
