@@ -97,7 +97,7 @@ class Waiter:
 
     __slots__ = ("awake", "event", "key", "loop", "scopes", "wakes", "wanted")
 
-    def __init__(self, scopes: Sequence[str], wanted: Sequence[str] | None, key: Key | None = None) -> None:
+    def __init__(self, scopes: Sequence[str], wanted: Sequence[str] | None, key: Key) -> None:
         self.loop = asyncio.get_running_loop()
         self.key = key
         self.event = asyncio.Event()
@@ -564,9 +564,10 @@ async def claim_next_waiting(
                     waiter.event.wait(), remaining if connected else min(remaining, FALLBACK_POLL_SECONDS)
                 )
             except TimeoutError:
-                # The deadline, with the listener connected throughout: any NOTIFY would have woken this
-                # waiter (a reconnect wakes every one), so a last claim could find nothing new.
-                if listener.connected.is_set() and connected and time.monotonic() >= deadline:
+                # With the listener connected the timeout is the deadline, and any NOTIFY meanwhile
+                # would have woken this waiter (a reconnect wakes every one): a last claim would find
+                # nothing new. A waiter that polled or lost the listener claims once more.
+                if connected and listener.connected.is_set():
                     return []
                 waiter.awake = True
             priority = WOKEN
