@@ -332,7 +332,6 @@ class Listener:
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.shutting_down = False
         self.connected.clear()
-        self._forget_timers()
         self.turns = _Turns()
         self._pid = os.getpid()
         self._loop = loop
