@@ -276,6 +276,8 @@ class Listener:
         at = None if seconds is None else now + seconds
         with self._lock:
             self.due_reads += 1
+            if len(self._due) > 1000:  # one per (agent, queues) ever seen: drop what is out of date
+                self._due = {k: v for k, v in self._due.items() if now - v[0] < DUE_CACHE_SECONDS}
             self._due[key] = (now, at)
         self._forget_read(key, reading)
         reading.set_result((True, at))
