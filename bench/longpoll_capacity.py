@@ -3,14 +3,18 @@
 100, 500 and 2,000 agents long-polling an empty queue (wait_seconds 20, re-polling when answered).
 
     .venv/bin/python bench/longpoll_capacity.py [--waiters 0,100,500,2000] [--samples 200] [--wakes 50]
+        [--wake-span 22]
 
 The server is the default configuration (the project's gunicorn.conf.py: uvicorn workers,
 GUNICORN_WORKERS=2) on a free port, on a scratch database (switchboard_bench_longpoll) of the embedded
 server or of DATABASE_URL's server. The waiters are one separate process of asyncio connections
 (bench/aio_http.py); the measuring client is this process, one keep-alive connection, one request at
 a time. For each level it prints p50/p99 of create, claim+complete and GET /queues/, the wake latency
-(create -> the claimed response reaching a waiter among the idle ones), the client connections in
-pg_stat_activity, and each web process's RSS; then checks the targets of issue 10.
+(create -> the claimed response reaching a waiter among the idle ones; the wakes are spread over a
+whole wait, so some meet the burst of re-polls of waiters that began together), the statements per
+idle poll (the database's transactions per poll answered, over one whole wait with nothing else
+running), the client connections in pg_stat_activity, and each web process's RSS; then checks the
+targets of issue 10.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ WORK = "lp.work"
 WAKE = "lp.wake"
 
 
-def _hold_waiters(base: str, token: str, n: int, ready: Any, stop: Any) -> None:
+def _hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop: Any) -> None:
     """A child process: n connections, each long-polling the empty queue again as soon as answered."""
 
     async def one(i: int) -> None:
@@ -46,6 +50,8 @@ def _hold_waiters(base: str, token: str, n: int, ready: Any, stop: Any) -> None:
             ready.value += 1
         while not stop.is_set():
             await conn.request("POST", "/api/v1/todos/claim/", IDLE)
+            with answered.get_lock():
+                answered.value += 1
         conn.close()
 
     async def main() -> None:
@@ -77,6 +83,25 @@ def _server_connections(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _transactions(database_url: str) -> int:
+    """Transactions committed in the database so far: each of the server's statements is one."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _statements_per_poll(database_url: str, answered: Any, seconds: float) -> float:
+    """With nothing but the idle long-polls running for one whole wait, the database's transactions
+    per poll answered (the reads of the counters themselves excluded)."""
+    polls, xacts = answered.value, _transactions(database_url)
+    time.sleep(seconds)
+    # Statistics reach pg_stat_database when a backend goes idle, at most once a second.
+    time.sleep(1.5)
+    return (_transactions(database_url) - xacts - 1) / max(1, answered.value - polls)
+
+
 def _timed(samples: dict[str, list[float]], name: str, call: Any) -> Any:
     started = time.perf_counter()
     result = call()
@@ -102,7 +127,7 @@ def _measure(api: harness.Api, n: int) -> dict[str, list[float]]:
     return samples
 
 
-def _wakes(base: str, token: str, api: harness.Api, n: int) -> list[float]:
+def _wakes(base: str, token: str, api: harness.Api, n: int, spacing: float) -> list[float]:
     waiter = harness.Api(base, token)
     latencies = []
     for _ in range(n):
@@ -116,7 +141,7 @@ def _wakes(base: str, token: str, api: harness.Api, n: int) -> list[float]:
 
         thread = threading.Thread(target=wait)
         thread.start()
-        time.sleep(0.15)  # it is waiting by now
+        time.sleep(spacing)  # it is waiting by now
         created = time.perf_counter()
         assert api.post("/api/v1/todos/", {"queue": WAKE})[0] == 201
         thread.join(30)
@@ -130,6 +155,12 @@ def main() -> None:
     parser.add_argument("--waiters", default="0,100,500,2000")
     parser.add_argument("--samples", type=int, default=200, help="of each request, per level")
     parser.add_argument("--wakes", type=int, default=50)
+    parser.add_argument(
+        "--wake-span",
+        type=float,
+        default=IDLE["wait_seconds"] * 1.1,
+        help="seconds the wakes are spread over: a whole wait, so they meet the idle waiters' re-polls",
+    )
     args = parser.parse_args()
     levels = [int(n) for n in args.waiters.split(",")]
 
@@ -143,8 +174,9 @@ def main() -> None:
         api = harness.Api(base, token)
         for n in levels:
             ready = mp.Value("i", 0)
+            answered = mp.Value("i", 0)
             stop = mp.Event()
-            holder = mp.Process(target=_hold_waiters, args=(base, token, n, ready, stop), daemon=True)
+            holder = mp.Process(target=_hold_waiters, args=(base, token, n, ready, answered, stop), daemon=True)
             holder.start()
             deadline = time.monotonic() + 120
             while ready.value < n:
@@ -152,15 +184,22 @@ def main() -> None:
                 time.sleep(0.1)
             time.sleep(2)  # each has sent its claim and is waiting
             samples = _measure(api, args.samples)
-            wakes = _wakes(base, token, api, args.wakes)
+            wakes = _wakes(base, token, api, args.wakes, max(0.15, args.wake_span / max(1, args.wakes)))
             connections = _server_connections(database_url)
+            per_poll = _statements_per_poll(database_url, answered, IDLE["wait_seconds"] * 1.1) if n else None
             pids = _web_pids(base)
             rss = [_rss_mb(p) for p in pids]
             stop.set()
             holder.join(40)
             if holder.is_alive():
                 holder.kill()
-            row: dict[str, Any] = {"waiters": n, "connections": connections, "processes": len(pids), "rss": rss}
+            row: dict[str, Any] = {
+                "waiters": n,
+                "connections": connections,
+                "processes": len(pids),
+                "rss": rss,
+                "per_poll": per_poll,
+            }
             for name, values in samples.items():
                 row[name] = (harness.percentile(values, 50) * 1000, harness.percentile(values, 99) * 1000)
             row["wake"] = (harness.percentile(wakes, 50) * 1000, harness.percentile(wakes, 99) * 1000)
@@ -192,9 +231,10 @@ def _ms(pair: tuple[float, float]) -> str:
 
 def _line(row: dict[str, Any]) -> str:
     rss = ", ".join(f"{r:.0f}" for r in row["rss"])
+    per_poll = "-" if row["per_poll"] is None else f"{row['per_poll']:.2f}"
     return (
         f"| {row['waiters']:,} | {_ms(row['create'])} | {_ms(row['claim+complete'])} | {_ms(row['GET /queues/'])} "
-        f"| {_ms(row['wake'])} | {row['connections']} | {rss} |"
+        f"| {_ms(row['wake'])} | {per_poll} | {row['connections']} | {rss} |"
     )
 
 
@@ -202,9 +242,9 @@ def _report(rows: list[dict[str, Any]]) -> None:
     print()
     print(
         "| idle long-polls | create p50 / p99 ms | claim+complete p50 / p99 ms | GET /queues/ p50 / p99 ms "
-        "| wake p50 / p99 ms | server connections | RSS per web process, MB |"
+        "| wake p50 / p99 ms | statements per idle poll | server connections | RSS per web process, MB |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print(_line(row))
     base = next((r for r in rows if r["waiters"] == 0), None)

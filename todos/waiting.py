@@ -12,15 +12,26 @@ count), so one new todo costs one claim statement per process, not one per waite
 loses the race keeps its place and waits for the rest of its time. A wake that reached a waiter which
 then left with other work is handed on, so N new todos reach up to N waiters.
 
-Work can also become claimable with no write at all (a lease lapses, a retry comes due); a waiter reads
-the earliest such moment in its queues from the database and sets its timeout to wake then.
+Work can also become claimable with no write at all (a lease lapses, a retry comes due). The earliest
+such moment in a waiter's queues is read from the database once per process and (agent, queues) at
+most every DUE_CACHE_SECONDS, however many wait, and one timer per such key wakes one waiter of it
+then, as a NOTIFY would. So a poll that finds nothing costs one claim statement, and nothing more while
+it waits: there is no last claim at the deadline, since with the listener connected nothing is missed
+(a reconnect makes every waiter claim again; while it is down, waiters poll).
+
+The process's sync work runs in one thread (switchboard/asgi.py); this module's statements take turns
+there, a few at a time, woken claims first: a wake is what a client is waiting for, and must not queue
+behind a burst of re-polls that will most likely find nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import fnmatch
+import heapq
+import itertools
 import logging
 import os
 import re
@@ -29,7 +40,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -49,11 +60,24 @@ FALLBACK_POLL_SECONDS = 1.0
 MIN_RETRY_SECONDS = 0.05
 # A lease lapses when lease_expires_at < now(): wake just after, not exactly at, that moment.
 LAPSE_MARGIN_SECONDS = 0.005
+# How long a read of when work next becomes claimable without a write serves every waiter of the same
+# agent and queues. A lease taken or a retry scheduled meanwhile elsewhere is seen by waiters that
+# arrive after, at most this late (the reaper's NOTIFY still wakes them when it sweeps).
+DUE_CACHE_SECONDS = 0.5
+# How many of this module's statements may be queued in the sync thread at once: enough to keep it
+# busy, few enough that a woken claim waits behind at most these (and the plain requests).
+SYNC_SLOTS = 2
+# Turns in the sync thread, lowest first.
+WOKEN, POLL = 0, 1
 # The listener checks its connection when it has heard nothing for this long.
 KEEPALIVE_SECONDS = 30.0
 RECONNECT_MAX_SECONDS = 5.0
 # Agents' rows changed (todos/auth.py): every process forgets its cached tokens.
 AGENTS_CHANNEL = "switchboard_agents"
+
+T = TypeVar("T")
+# Whose lapse and retry times a waiter waits for: its agent (assignees) and claim scopes, the queues it asked.
+Key = tuple[int, str, tuple[str, ...], tuple[str, ...]]
 
 
 def _globs_regex(globs: Sequence[str]) -> re.Pattern[str]:
@@ -62,25 +86,69 @@ def _globs_regex(globs: Sequence[str]) -> re.Pattern[str]:
     return re.compile("|".join(fnmatch.translate(g) for g in globs))
 
 
+def due_key(agent: Agent, queues: Sequence[str] | None) -> Key:
+    return (agent.pk, agent.name, tuple(agent.claim_scopes), tuple(queues or ()))
+
+
 class Waiter:
     """One waiting claim: its event (in its own loop), the queues it waits for (its claim scopes,
-    narrowed by the queues it asked for), and the wakes it was given that it has not yet used."""
+    narrowed by the queues it asked for), its key for lapse and retry timers, and the wakes it was
+    given that it has not yet used (queue names from NOTIFY, its key from a timer)."""
 
-    __slots__ = ("awake", "event", "loop", "scopes", "wakes", "wanted")
+    __slots__ = ("awake", "event", "key", "loop", "scopes", "wakes", "wanted")
 
-    def __init__(self, scopes: Sequence[str], wanted: Sequence[str] | None) -> None:
+    def __init__(self, scopes: Sequence[str], wanted: Sequence[str] | None, key: Key) -> None:
         self.loop = asyncio.get_running_loop()
+        self.key = key
         self.event = asyncio.Event()
         self.scopes = _globs_regex(scopes) if scopes else None
         self.wanted = _globs_regex(wanted) if wanted else None
         # True from a wake until its claim has run: a second notification then goes to the next waiter.
         self.awake = True
-        self.wakes: list[str] = []
+        self.wakes: list[str | Key] = []
 
     def matches(self, queue_name: str) -> bool:
         if self.scopes is None or not self.scopes.match(queue_name):
             return False
         return self.wanted is None or self.wanted.match(queue_name) is not None
+
+
+class _Turns:
+    """Turns for this module's statements in the sync thread of an ASGI server's loop: at most
+    SYNC_SLOTS queued there at once, the rest wait here by priority, then in order of arrival."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._queue: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    async def run(self, priority: int, call: Callable[[], Awaitable[T]]) -> T:
+        await self._acquire(priority)
+        try:
+            return await call()
+        finally:
+            self._release()
+
+    async def _acquire(self, priority: int) -> None:
+        if self._running < SYNC_SLOTS and not self._queue:
+            self._running += 1
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._queue, (priority, next(self._order), turn))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # given the turn just as it was cancelled
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._queue:
+            _, _, turn = heapq.heappop(self._queue)
+            if not turn.done():  # a cancelled wait is done: skipped
+                turn.set_result(None)  # the slot passes to it
+                return
+        self._running -= 1
 
 
 class Listener:
@@ -99,9 +167,17 @@ class Listener:
         self._pid: int | None = None
         self.shutting_down = False
         self._on_agents_changed: list[Callable[[], None]] = []
-        # Waiters woken and claim statements run by waiters, so far (tests and diagnostics read them).
+        # Per key: the armed timer's moment, and the last read of when work next becomes claimable
+        # (read at, claimable at; time.monotonic()) or the read under way that other waiters share.
+        self._timers: dict[Key, float] = {}
+        self._due: dict[Key, tuple[float, float | None]] = {}
+        self._reading: dict[Key, concurrent.futures.Future[tuple[bool, float | None]]] = {}
+        self.turns = _Turns()
+        # Waiters woken, claim statements run by waiters and reads of the next lapse or retry, so far
+        # (tests and diagnostics read them).
         self.wakes = 0
         self.claims = 0
+        self.due_reads = 0
 
     # --- waiters ---------------------------------------------------------------------------------
     def add(self, waiter: Waiter) -> None:
@@ -123,20 +199,24 @@ class Listener:
             with contextlib.suppress(RuntimeError):  # its loop has closed: the waiter is gone
                 waiter.loop.call_soon_threadsafe(waiter.event.set)
 
-    def _wake(self, queue_name: str | None, count: int = 1) -> int:
-        """Wake ``count`` waiters for ``queue_name`` (every waiter for None), longest-waiting first,
-        preferring those asleep; a wake for an awake waiter makes it claim once more after its claim."""
+    def _wake(self, target: str | Key | None, count: int = 1) -> int:
+        """Wake ``count`` waiters for ``target`` (a queue name, or a timer's key; every waiter for None),
+        longest-waiting first, preferring those asleep; a wake for an awake waiter makes it claim once
+        more after its claim."""
         with self._lock:
-            if queue_name is None:
+            if target is None:
                 chosen = list(self._waiters)
             else:
-                matching = [w for w in self._waiters if w.matches(queue_name)]
+                if isinstance(target, str):
+                    matching = [w for w in self._waiters if w.matches(target)]
+                else:
+                    matching = [w for w in self._waiters if w.key == target]
                 asleep = [w for w in matching if not w.awake]
                 chosen = (asleep + [w for w in matching if w.awake])[:count]
             for waiter in chosen:
                 waiter.awake = True
-                if queue_name is not None:
-                    waiter.wakes.append(queue_name)
+                if target is not None:
+                    waiter.wakes.append(target)
             self.wakes += len(chosen)
         for waiter in chosen:
             self._set(waiter)
@@ -147,6 +227,100 @@ class Listener:
 
     def on_agents_changed(self, callback: Callable[[], None]) -> None:
         self._on_agents_changed.append(callback)
+
+    # --- lapse and retry timers ------------------------------------------------------------------------
+    async def claimable_at(self, key: Key, read: Callable[[], Awaitable[float | None]]) -> float | None:
+        """When work in ``key``'s queues next becomes claimable with no write (time.monotonic(); in the
+        past if it is already), or None: the last read if recent, else one read shared by every waiter
+        that asks meanwhile, whichever loop it is in."""
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                cached = self._due.get(key)
+                # A moment that has passed says nothing now (the work was claimed, or is claimable): read again.
+                if (
+                    cached is not None
+                    and now - cached[0] < DUE_CACHE_SECONDS
+                    and (cached[1] is None or cached[1] > now)
+                ):
+                    return cached[1]
+                reading = self._reading.get(key)
+                if reading is None:
+                    reading = self._reading[key] = concurrent.futures.Future()
+                    task = asyncio.ensure_future(self._read_due(key, read, reading))
+                else:
+                    task = None
+            # The read is its own task, so a caller that is cancelled (its client hung up) leaves it to
+            # finish for the others.
+            done, at = await asyncio.shield(asyncio.wrap_future(reading) if task is None else task)
+            if done:
+                return at
+
+    async def _read_due(
+        self,
+        key: Key,
+        read: Callable[[], Awaitable[float | None]],
+        reading: concurrent.futures.Future[tuple[bool, float | None]],
+    ) -> tuple[bool, float | None]:
+        try:
+            seconds = await read()
+        except asyncio.CancelledError:  # its loop is closing (outside ASGI): the others read again
+            self._forget_read(key, reading)
+            reading.set_result((False, None))
+            raise
+        except BaseException as exc:
+            self._forget_read(key, reading)
+            reading.set_exception(exc)
+            raise
+        now = time.monotonic()
+        at = None if seconds is None else now + seconds
+        with self._lock:
+            self.due_reads += 1
+            if len(self._due) > 1000:  # one per (agent, queues) ever seen: drop what is out of date
+                self._due = {k: v for k, v in self._due.items() if now - v[0] < DUE_CACHE_SECONDS}
+            self._due[key] = (now, at)
+        self._forget_read(key, reading)
+        reading.set_result((True, at))
+        return True, at
+
+    def _forget_read(self, key: Key, reading: concurrent.futures.Future[tuple[bool, float | None]]) -> None:
+        with self._lock:
+            if self._reading.get(key) is reading:
+                del self._reading[key]
+
+    def forget_due(self, key: Key) -> None:
+        """A lease was just taken in these queues: the next read must see it."""
+        with self._lock:
+            self._due.pop(key, None)
+
+    def arm(self, key: Key, at: float) -> None:
+        """Wake one waiter of ``key`` at ``at`` (time.monotonic()), unless a timer is armed sooner."""
+        with self._lock:
+            armed = self._timers.get(key)
+            if armed is not None and armed <= at:
+                return
+            self._timers[key] = at
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed (a test's listener stopped)
+                loop.call_soon_threadsafe(self._schedule, key, at)
+
+    def _schedule(self, key: Key, at: float) -> None:
+        asyncio.get_running_loop().call_later(max(0.0, at - time.monotonic()), self._fire, key, at)
+
+    def _fire(self, key: Key, at: float) -> None:
+        with self._lock:
+            if self._timers.get(key) != at:  # superseded by a sooner timer, which has fired or will
+                return
+            del self._timers[key]
+            # The moment has passed: the waiter woken reads what comes next afresh and arms for it.
+            self._due.pop(key, None)
+        self._wake(key)
+
+    def _forget_timers(self) -> None:
+        with self._lock:
+            self._timers.clear()
+            self._due.clear()
 
     # --- the listening task ------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,6 +334,7 @@ class Listener:
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.shutting_down = False
         self.connected.clear()
+        self.turns = _Turns()
         self._pid = os.getpid()
         self._loop = loop
         self._task = loop.create_task(self._run(), name="switchboard-listener")
@@ -215,6 +390,8 @@ class Listener:
         self._task = None
         self._loop = None
         self.connected.clear()
+        # Timers were the stopped loop's; what was read came from a database that may be gone.
+        self._forget_timers()
 
     def _connection_params(self) -> dict[str, Any]:
         alias = "listener" if "listener" in connections.settings else self.alias
@@ -282,8 +459,20 @@ def _release_sync(todos: list[Todo], agent: Agent) -> None:
 # Every call runs in the process's one thread for sync work (switchboard/asgi.py keeps it one thread),
 # so all of a process's queries share one persistent connection: none is opened per waiter or per request.
 _claim = sync_to_async(_claim_sync, thread_sensitive=True)
-_release = sync_to_async(_release_sync, thread_sensitive=True)
+_release_now = sync_to_async(_release_sync, thread_sensitive=True)
 _seconds_until_claimable = sync_to_async(selectors.seconds_until_claimable, thread_sensitive=True)
+
+
+async def _in_turn(priority: int, call: Callable[[], Awaitable[T]]) -> T:
+    # Only an ASGI server's loop shares one sync thread among requests; elsewhere (the test client,
+    # runserver, WSGI) each request has its own thread and nothing to queue behind.
+    if listener._loop is asyncio.get_running_loop():
+        return await listener.turns.run(priority, call)
+    return await call()
+
+
+async def _release(todos: list[Todo], agent: Agent) -> None:
+    await _in_turn(WOKEN, lambda: _release_now(todos, agent))
 
 
 async def _claim_delivering(agent: Agent, claim: Callable[[], Awaitable[list[Todo]]]) -> list[Todo]:
@@ -315,10 +504,15 @@ async def claim_next_waiting(
     nobody would receive, and a claim that ran meanwhile is released. Cancelling the call (Django
     does when an ASGI client disconnects) does the same. On server shutdown it answers [] at once."""
     queues = list(queues) if queues else None
+    key = due_key(agent, queues)
+    priority = POLL
 
     async def claim() -> list[Todo]:
         listener.claims += 1
-        return await _claim(agent, queues, limit, lease_seconds, worker)
+        todos = await _in_turn(priority, lambda: _claim(agent, queues, limit, lease_seconds, worker))
+        if todos:
+            listener.forget_due(key)
+        return todos
 
     if wait_seconds <= 0:
         return await _claim_delivering(agent, claim)
@@ -327,7 +521,7 @@ async def claim_next_waiting(
     if listener._loop is not asyncio.get_running_loop():
         listener._ensure_running()
     # Registered before the first claim, so a NOTIFY that lands between that claim and the wait is kept.
-    waiter = Waiter(agent.claim_scopes, queues)
+    waiter = Waiter(agent.claim_scopes, queues, key)
     listener.add(waiter)
     try:
         first = True
@@ -339,29 +533,45 @@ async def claim_next_waiting(
             first = False
             waiter.event.clear()
             with listener._lock:
-                waiter.wakes.clear()
+                used, waiter.wakes = waiter.wakes, []
             todos = await _claim_delivering(agent, claim)
             if client_gone is not None and todos and await client_gone():
                 await _release(todos, agent)
                 return []
             if todos:
+                if key in used:
+                    # A timer's wake found work and leaves with it: the next waiter claims in turn (more
+                    # may have lapsed at once) and, finding nothing, arms the timer for what comes next.
+                    listener._wake(key)
                 return todos
             waiter.awake = False
             remaining = deadline - time.monotonic()
             if remaining <= 0 or listener.shutting_down:
                 return []
-            timeout = remaining
-            due = await _seconds_until_claimable(agent, queues)
-            if due is not None:
-                timeout = min(timeout, due + LAPSE_MARGIN_SECONDS if due > 0 else retry_after)
-            if not listener.connected.is_set():
-                timeout = min(timeout, FALLBACK_POLL_SECONDS)
+            at = await listener.claimable_at(
+                key, lambda: _in_turn(POLL, lambda: _seconds_until_claimable(agent, queues))
+            )
+            if at is not None:
+                now = time.monotonic()
+                if at > now:
+                    listener.arm(key, at + LAPSE_MARGIN_SECONDS)
+                    retry_after = MIN_RETRY_SECONDS
+                else:  # claimable already, yet this claim found nothing (another claimer holds it): back off
+                    listener.arm(key, now + retry_after)
+                    retry_after = min(retry_after * 2, FALLBACK_POLL_SECONDS)
+            connected = listener.connected.is_set()
             try:
-                await asyncio.wait_for(waiter.event.wait(), timeout)
-                retry_after = MIN_RETRY_SECONDS
+                await asyncio.wait_for(
+                    waiter.event.wait(), remaining if connected else min(remaining, FALLBACK_POLL_SECONDS)
+                )
             except TimeoutError:
+                # With the listener connected the timeout is the deadline, and any NOTIFY meanwhile
+                # would have woken this waiter (a reconnect wakes every one): a last claim would find
+                # nothing new. A waiter that polled or lost the listener claims once more.
+                if connected and listener.connected.is_set():
+                    return []
                 waiter.awake = True
-                retry_after = min(retry_after * 2, FALLBACK_POLL_SECONDS)
+            priority = WOKEN
     finally:
         listener.remove(waiter)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -123,12 +124,58 @@ def test_long_poll_wakes_when_a_scheduled_retry_comes_due(http, listening, agent
     assert 0.9 < time.monotonic() - failed_at < 4
 
 
+def test_a_lapse_wakes_one_of_many_waiters_who_share_one_read_of_when_it_comes(http, listening, make_agent):
+    crashed = make_agent("crashed", claim=["herd.*"])
+    todo, _ = queue.create(queue="herd.a")
+    queue.claim_next(agent=crashed, lease_seconds=1.5)
+    reads, claims = listener.due_reads, listener.claims
+    waiters = [_claim_in_thread(http, {"queues": ["herd.*"], "wait_seconds": 4}) for _ in range(4)]
+    for thread, _ in waiters:
+        thread.join(15)
+    outs = [out for _, out in waiters]
+    assert sorted(len(out["todos"]) for out in outs) == [0, 0, 0, 1]
+    # One read of when the lease lapses serves the four (two if one came late), and one after the
+    # lapse; the lapse made one waiter claim, and the wake handed on by the one that got it one more.
+    assert listener.due_reads - reads <= 3
+    assert listener.claims - claims <= 4 + 2
+    assert all(out["elapsed"] >= 3.9 for out in outs if not out["todos"])
+    todo.refresh_from_db()
+    assert todo.owner == "alice"
+
+
+def test_a_woken_claim_takes_its_turn_in_the_sync_thread_before_first_polls():
+    order: list[str] = []
+
+    async def scenario() -> None:
+        turns = waiting._Turns()
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            await release.wait()
+
+        async def note(name: str) -> None:
+            order.append(name)
+
+        holders = [asyncio.ensure_future(turns.run(waiting.POLL, hold)) for _ in range(waiting.SYNC_SLOTS)]
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(turns.run(waiting.POLL, lambda n=n: note(n))) for n in ("poll 1", "poll 2")]
+        cancelled = asyncio.ensure_future(turns.run(waiting.WOKEN, lambda: note("cancelled")))
+        queued.append(asyncio.ensure_future(turns.run(waiting.WOKEN, lambda: note("woken"))))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        release.set()
+        await asyncio.gather(*holders, *queued)
+
+    asyncio.run(scenario())
+    assert order == ["woken", "poll 1", "poll 2"]
+
+
 def test_a_waiting_request_makes_no_queries_while_nothing_arrives(agent, listening, django_assert_num_queries):
     # Through the test client (same thread, so its queries are counted): the token lookup, one claim,
-    # one read of the next lapse or retry, then silence until the deadline, then the final claim.
+    # one read of the next lapse or retry, then silence: no last claim at the deadline.
     api = Api(agent.token)
     started = time.monotonic()
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(3):
         response = api.post("/todos/claim/", {"wait_seconds": 1.5})
     assert response.json() == {"todos": []} and time.monotonic() - started >= 1.4
 
