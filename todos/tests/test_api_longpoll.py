@@ -236,11 +236,23 @@ def test_single_completes_from_concurrent_clients_each_succeed_once(live_server,
 def _terminate_other_backends() -> int:
     params = listener._connection_params()
     with psycopg.connect(**params, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
+        pids = [
+            pid
+            for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+        # pg_terminate_backend only signals (timeout 0: no waiting inside it); wait until each backend has
+        # exited, i.e. sent its FATAL and closed, as after a real restart. Until then a client socket looks
+        # quiet and the cheap health check (switchboard/db) would rightly take it as usable.
+        conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", [pids])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            (alive,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()
+            if not alive:
+                break
+            time.sleep(0.01)
+    return len(pids)
 
 
 def test_a_lost_connection_mid_request_answers_503_unavailable(agent):
