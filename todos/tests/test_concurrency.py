@@ -60,9 +60,10 @@ def seed(queue_name: str, n: int, *, state_sql: str = "") -> list[str]:
         cursor.execute(
             """
             INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-                                    created_at, updated_at)
+                                    created_at, updated_at, run_at)
             SELECT 'td_' || replace(gen_random_uuid()::text, '-', ''), %s, '', 'k', 'seeded', '{}'::jsonb,
-                   'pending', 0, 5, '[]'::jsonb, now() - interval '1 hour' + i * interval '1 millisecond', now()
+                   'pending', 0, 5, '[]'::jsonb, now() - interval '1 hour' + i * interval '1 millisecond', now(),
+                   now() - interval '1 hour' + i * interval '1 millisecond'
             FROM generate_series(1, %s) AS i
             RETURNING id
             """,
