@@ -248,9 +248,7 @@ def create(
     if run_at is not None and run_at.tzinfo is None:
         raise InvalidTransitionInput("run_at needs a time zone offset (RFC 3339).", field="run_at")
     if delay_seconds is not None and not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
-        raise InvalidTransitionInput(
-            f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="delay_seconds"
-        )
+        raise InvalidTransitionInput(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="delay_seconds")
     params = {
         "id": new_todo_id(),
         "queue": queue,
