@@ -104,11 +104,12 @@ def record_ingest_delivery(source: str, outcome: str) -> None:
 # --- Read from the database at scrape time ---------------------------------------------------------
 
 # One statement, one index per branch (measured on 1M rows: docs/benchmarks.md, "## operations"):
-#   pending        index-only scan of todo_pending_claim_scan (queue, created_at) WHERE pending:
-#                  the count and the oldest created_at per queue
+#   pending        index-only scan of todo_pending_claim_scan (queue, priority, run_at) WHERE pending:
+#                  the count and the oldest run_at per queue (how long work has been claimable)
 #   claimed        todo_claimed_lease_expiry (in-flight work: small)
 #   retry_waiting  todo_retry_due (small)
 #   dead           index-only scan of todo_dead_letters (queue, updated_at) WHERE dead
+#   scheduled      index-only scan of todo_scheduled_due (queue, run_at) WHERE scheduled
 #   known          the small todos_queue table, so an empty queue reports 0 instead of vanishing
 # Done todos are history, not queue state: counting them costs a scan of everything retention has
 # not yet purged, so they are left out; the completion rate is
@@ -116,7 +117,7 @@ def record_ingest_delivery(source: str, outcome: str) -> None:
 QUEUE_STATS_SQL = """
 SELECT name, 'known', 0, NULL::double precision FROM todos_queue
 UNION ALL
-SELECT queue, 'pending', count(*), extract(epoch FROM now() - min(created_at))::double precision
+SELECT queue, 'pending', count(*), extract(epoch FROM now() - min(run_at))::double precision
 FROM todos_todo WHERE state = 'pending' GROUP BY queue
 UNION ALL
 SELECT queue, 'claimed', count(*), NULL FROM todos_todo WHERE state = 'claimed' GROUP BY queue
@@ -126,13 +127,15 @@ WHERE state = 'failed' AND next_retry_at IS NOT NULL GROUP BY queue
 UNION ALL
 SELECT queue, 'dead', count(*), NULL FROM todos_todo
 WHERE state = 'failed' AND next_retry_at IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, 'scheduled', count(*), NULL FROM todos_todo WHERE state = 'scheduled' GROUP BY queue
 """
 
-LIVE_STATES = ("pending", "claimed", "failed")
+LIVE_STATES = ("pending", "claimed", "failed", "scheduled")
 
 
 def queue_stats() -> dict[str, dict[str, float]]:
-    """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "oldest_pending_age"}}."""
+    """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "scheduled", "oldest_pending_age"}}."""
     from django.db import connection
 
     stats: dict[str, dict[str, float]] = {}
@@ -141,7 +144,8 @@ def queue_stats() -> dict[str, dict[str, float]]:
         rows = cursor.fetchall()
     for name, bucket, count, oldest in rows:
         entry = stats.setdefault(
-            name, {"pending": 0, "claimed": 0, "retry_waiting": 0, "dead": 0, "oldest_pending_age": 0.0}
+            name,
+            {"pending": 0, "claimed": 0, "retry_waiting": 0, "dead": 0, "scheduled": 0, "oldest_pending_age": 0.0},
         )
         if bucket != "known":
             entry[bucket] = count

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.safestring import SafeString
@@ -34,7 +37,8 @@ from todos.admin_filters import (
     StateFilter,
 )
 from todos.admin_ops import OPS, Op, apply
-from todos.models import Agent, Queue, Todo, TodoState
+from todos.models import Agent, Queue, Schedule, Todo, TodoState
+from todos.schedules import next_tick
 
 TODO_ID_RE = re.compile(r"^td_[0-9a-f]{1,32}$")
 EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
@@ -56,7 +60,8 @@ def ops_for(todo: Todo) -> list[Op]:
     names = {
         "dead-letter": ["retry_reset", "retry_once", "discard"],
         "retry-waiting": ["retry_now", "discard"],
-        "pending": ["discard"],
+        "pending": ["set_priority", "discard"],
+        "scheduled": ["run_now", "set_priority", "discard"],
         "claimed": ["force_release"],
     }.get(label, [])
     return [OPS[name] for name in names]
@@ -70,6 +75,7 @@ class TodoAdmin(admin.ModelAdmin):
         "kind",
         "short_title",
         "state_badge",
+        "priority",
         "attempts",
         "assignee",
         "owner",
@@ -106,6 +112,8 @@ class TodoAdmin(admin.ModelAdmin):
             {
                 "fields": (
                     "attempts",
+                    "priority",
+                    "run_at",
                     "owner",
                     "lease_expires_at",
                     "next_retry_at",
@@ -180,12 +188,14 @@ class TodoAdmin(admin.ModelAdmin):
     def attempts(self, obj: Todo) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"
 
-    @admin.display(description="lease expiry / next retry")
+    @admin.display(description="lease expiry / next retry / run at")
     def due(self, obj: Todo) -> str:
         if obj.state == TodoState.CLAIMED:
             return f"lease {show.relative(obj.lease_expires_at)}"
         if obj.state == TodoState.FAILED and obj.next_retry_at is not None:
             return f"retry {show.relative(obj.next_retry_at)}"
+        if obj.state == TodoState.SCHEDULED:
+            return f"runs {show.relative(obj.run_at)}"
         return "—"
 
     @admin.display(description="age", ordering="created_at")
@@ -388,3 +398,70 @@ class QueueAdmin(admin.ModelAdmin):
             url,
             urlencode({"queue": obj.name, "dead": "yes"}),
         )
+
+
+class ScheduleForm(forms.ModelForm):
+    class Meta:
+        model = Schedule
+        fields = (
+            "name",
+            "cron",
+            "timezone",
+            "queue",
+            "kind",
+            "title",
+            "payload",
+            "priority",
+            "max_attempts",
+            "catch_up",
+            "is_active",
+        )
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    """Recurring schedules. The reapers make each tick's todo (todos/schedules.py); this page shows what
+    they will do next and what they last made."""
+
+    form = ScheduleForm
+    list_display = (
+        "name",
+        "cron",
+        "timezone",
+        "queue",
+        "is_active",
+        "catch_up",
+        "next_run",
+        "last_tick_at",
+        "last_todo",
+    )
+    list_filter = ("is_active", "catch_up")
+    search_fields = ("name", "queue")
+    ordering = ("name",)
+    readonly_fields = ("next_run", "last_tick_at", "last_todo", "last_error", "created_at")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [*ScheduleForm.Meta.fields, *self.readonly_fields]
+
+    @admin.display(description="next run")
+    def next_run(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return "—"
+        tick = next_tick(obj, timezone.now())
+        if tick is None:
+            return "never (the cron or time zone does not parse)"
+        local = tick.astimezone(ZoneInfo(obj.timezone))
+        return f"{local:%Y-%m-%d %H:%M %Z} ({show.relative(tick)})"
+
+    @admin.display(description="last todo")
+    def last_todo(self, obj: Schedule) -> SafeString | str:
+        if not obj.last_todo_id:
+            return "—"
+        url = reverse("admin:todos_todo_change", args=[obj.last_todo_id])
+        return format_html('<a href="{}">{}</a>', url, obj.last_todo_id)
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if change and {"cron", "timezone", "is_active"} & set(form.changed_data):
+            # The reapers work out the next tick again from the new expression (ticks already made stay).
+            obj.next_tick_at = None
+        super().save_model(request, obj, form, change)

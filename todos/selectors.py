@@ -14,13 +14,14 @@ from todos.models import Agent, glob_to_like
 ALL = ["%"]
 
 # One statement: the caller's queues from the small registry, then one grouped aggregate per live
-# state, each read from its partial index (pending: todo_pending_claim_scan, an index-only scan that
-# also yields the oldest created_at; claimed: todo_claimed_lease_expiry; retry-waiting: todo_retry_due;
-# dead-letters: todo_dead_letters). Done todos are history and are not counted: that would scan it.
+# state, each read from its partial index (pending: todo_pending_claim_scan, an index-only scan that also
+# yields the oldest run_at, when the longest-waiting todo became claimable; claimed:
+# todo_claimed_lease_expiry; retry-waiting: todo_retry_due; dead-letters: todo_dead_letters; scheduled:
+# todo_scheduled_due). Done todos are history and are not counted: that would scan it.
 QUEUE_STATS = """
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
-    SELECT queue, count(*) AS n, min(created_at) AS oldest FROM todos_todo
+    SELECT queue, count(*) AS n, min(run_at) AS oldest FROM todos_todo
     WHERE state = 'pending' AND queue IN (SELECT name FROM q) GROUP BY queue
 ),
 claimed AS (
@@ -34,21 +35,28 @@ retrying AS (
 dead AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE state = 'failed' AND next_retry_at IS NULL AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+scheduled AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE state = 'scheduled' AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
-    EXTRACT(EPOCH FROM now() - pending.oldest)::double precision
+    EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0)
 FROM q
 LEFT JOIN pending ON pending.queue = q.name
 LEFT JOIN claimed ON claimed.queue = q.name
 LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
+LEFT JOIN scheduled ON scheduled.queue = q.name
 ORDER BY q.name
 """
 
-# Seconds (by the database's clock) until the earliest lease in the caller's queues lapses or the
-# earliest scheduled retry comes due: work that becomes claimable with no write and so no NOTIFY.
-# Negative when such work is claimable already; NULL when there is none. Same queue set and assignee
-# rule as sql.CLAIM_NEXT.
+# Seconds (by the database's clock) until the earliest lease in the caller's queues lapses, the
+# earliest scheduled retry comes due, or the earliest scheduled todo's run_at comes: work that becomes
+# claimable with no write and so no NOTIFY. Negative when such work is claimable already; NULL when there
+# is none. Same queue set and assignee rule as sql.CLAIM_NEXT. The scheduled branch is one descent of
+# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
+# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows.
 SECONDS_UNTIL_CLAIMABLE = """
 WITH queues AS (
     SELECT name FROM todos_queue
@@ -60,7 +68,12 @@ SELECT EXTRACT(EPOCH FROM LEAST(
        AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
     (SELECT min(t.next_retry_at) FROM todos_todo t
      WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.queue IN (SELECT name FROM queues)
-       AND (t.assignee IS NULL OR t.assignee = %(agent)s))
+       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.run_at FROM todos_todo t
+        WHERE t.state = 'scheduled' AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at LIMIT 1
+    ) s)
 ) - now())::double precision
 """
 
@@ -73,6 +86,7 @@ class QueueStats:
     retry_waiting: int
     dead_letters: int
     oldest_pending_age_seconds: float | None
+    scheduled: int = 0
 
     @property
     def failed(self) -> int:

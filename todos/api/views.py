@@ -30,12 +30,15 @@ from todos.api.serializers import (
     QueueListSerializer,
     ReleaseInput,
     RetryInput,
+    ScheduleListSerializer,
+    ScheduleSerializer,
     TodoCreateInput,
     TodoListFilter,
+    TodoPatchInput,
     TodoSerializer,
 )
 from todos.errors import TodoNotFound
-from todos.models import Todo, TodoState
+from todos.models import Agent, Schedule, Todo, TodoState
 
 # Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
 # byte would make PostgreSQL refuse the statement).
@@ -56,6 +59,17 @@ def _todo_id(todo_id: str) -> str:
 
 def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
+
+
+def _staff_agent(request: Request, todo_id: str) -> Agent:
+    """The caller's agent, if the caller is a staff user; otherwise 404 for a todo it cannot see (ids do not
+    leak) and 403 for one it can."""
+    agent = caller_agent(request)
+    if not request.user.is_staff:
+        if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
+            raise TodoNotFound(f"No todo {todo_id}.")
+        raise PermissionDenied("Only staff may do this.")
+    return agent
 
 
 class TodoListCreateApi(generics.GenericAPIView):
@@ -80,7 +94,7 @@ class TodoListCreateApi(generics.GenericAPIView):
         description="Todos in the caller's scopes, newest first, with cursor pagination (`next`/`previous`).",
         parameters=[
             OpenApiParameter("queue", str, description="exact queue name"),
-            OpenApiParameter("state", str, enum=["pending", "claimed", "done", "failed"]),
+            OpenApiParameter("state", str, enum=TodoState.values),
             OpenApiParameter("kind", str),
             OpenApiParameter("assignee", str),
             OpenApiParameter("dead", bool, description="true: dead-letters only; false: no dead-letters"),
@@ -119,6 +133,32 @@ class TodoDetailApi(APIView):
         if todo is None:
             raise TodoNotFound(f"No todo {todo_id}.")
         return _render(todo)
+
+    @extend_schema(
+        operation_id="todos_partial_update",
+        summary="Change a todo's priority (staff)",
+        description="Staff only: the priority of a pending or scheduled todo (409 with the state otherwise).",
+        request=TodoPatchInput,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), docs.PATCH_EXAMPLES),
+    )
+    def patch(self, request: Request, todo_id: str) -> Response:
+        agent = _staff_agent(request, _todo_id(todo_id))
+        data = _valid(TodoPatchInput, request.data)
+        return _render(queue.set_priority(todo_id, priority=data["priority"], agent=agent))
+
+
+class TodoRunNowApi(APIView):
+    @extend_schema(
+        operation_id="todos_run_now",
+        summary="Run a scheduled todo now (staff)",
+        description="Staff only: a scheduled todo becomes pending at once (run_at = now); recorded in `errors`. "
+        "409 with the state if it is not scheduled.",
+        request=None,
+        **docs.documented(TodoSerializer, (401, 403, 404, 409), docs.RUN_NOW_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = _staff_agent(request, _todo_id(todo_id))
+        return _render(queue.run_now(todo_id, operator=agent.name, agent=agent))
 
 
 class TodoClaimNextApi(APIView):
@@ -270,9 +310,26 @@ class QueueListApi(APIView):
                         "failed": s.failed,
                         "retry_waiting": s.retry_waiting,
                         "dead_letters": s.dead_letters,
+                        "scheduled": s.scheduled,
                         "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
                     }
                     for s in stats
                 ]
             }
         )
+
+
+class ScheduleListApi(APIView):
+    @extend_schema(
+        operation_id="schedules_list",
+        summary="Recurring schedules",
+        description="Staff see every schedule; an agent sees those whose queue is in its create scopes. Each "
+        "with its next run (UTC), the last tick the reapers dealt with and the last todo a tick made.",
+        **docs.documented(ScheduleListSerializer, (401,), docs.SCHEDULE_EXAMPLES),
+    )
+    def get(self, request: Request) -> Response:
+        agent = caller_agent(request)
+        schedules = Schedule.objects.order_by("name")
+        if not request.user.is_staff:
+            schedules = schedules.filter(queue__like_any=agent.create_like_patterns())
+        return Response({"schedules": ScheduleSerializer(schedules, many=True).data})
