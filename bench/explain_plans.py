@@ -67,9 +67,9 @@ def seed_scheduled(n: int) -> None:
             cur.execute(f"""
                 INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, attempt,
                     max_attempts, errors, created_at, updated_at, run_at, priority)
-                SELECT {uid}, ({queues_sql})[1 + mod(i, {len(later_queues)})], 'api', 'later', 'later #' || i, '{{}}'::jsonb,
-                    NULL, 'scheduled', 0, 5, '[]'::jsonb, now() - interval '1 day', now() - interval '1 day',
-                    {run_at}, mod(i, 201) - 100
+                SELECT {uid}, ({queues_sql})[1 + mod(i, {len(later_queues)})], 'api', 'later', 'later #' || i,
+                    '{{}}'::jsonb, NULL, 'scheduled', 0, 5, '[]'::jsonb, now() - interval '1 day',
+                    now() - interval '1 day', {run_at}, mod(i, 201) - 100
                 FROM generate_series(1, %s) i""", [count])  # fmt: skip
 
 
