@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from todos import schedules
+from todos import queue, schedules
 from todos.models import CatchUp, Schedule, Todo, TodoState
 
 
@@ -327,3 +327,13 @@ def test_editing_the_cron_in_the_admin_makes_the_reapers_work_out_the_next_tick_
     assert response.status_code == 302, response.content.decode()[:2000]
     s.refresh_from_db()
     assert s.cron == "0 4 * * *" and s.next_tick_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reaper_sweep_makes_schedule_todos_and_promotes_due_scheduled_ones():
+    _make("swept")
+    due, _ = queue.create(queue="q", delay_seconds=3600)
+    Todo.objects.filter(pk=due.pk).update(run_at=due.created_at - timedelta(seconds=1))
+    call_command("reap_leases", "--once")
+    assert Todo.objects.get(pk=due.pk).state == TodoState.PENDING
+    assert Todo.objects.filter(source="schedule", queue="cron.q").count() == 1
