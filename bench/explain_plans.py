@@ -134,9 +134,10 @@ NOTES = {
     "run_at <= now() that stops at the first future row (the 250k future rows of this queue are never read); "
     "the lapsed and due branches walk their small partial indexes in order and stop at the first row.",
     "claim_next, one queue, limit 1, nothing pending (only future scheduled todos)": "The worst case for "
-    "future rows: ci.build has nothing pending and 200k todos scheduled for later. The scheduled branch "
-    "reads only up to its first future index entry, and the claim finds nothing: the future rows cost it "
-    "nothing.",
+    "future rows: ci.build has nothing pending and 200k todos scheduled for later (and a few dozen due). The "
+    "scheduled branch reads the due entries and stops at the first future one (5 buffers): the future rows cost "
+    "the claim nothing. Most of the buffers here are the lapsed-lease branch stepping over other queues' lapsed "
+    "leases (see above), not scheduling.",
     "claim (one id) of a todo scheduled for later": "Primary-key lookup; the guard refuses it (0 rows), and "
     "the API answers 409 scheduled.",
     "promote_due_scheduled (reaper), batch 500": "Per registered queue, the due range of todo_scheduled_due "
