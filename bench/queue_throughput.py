@@ -221,6 +221,43 @@ def measure_level(
     return rates, cpu
 
 
+def claim_statement_rates(seconds: float = 3.0, rounds: int = 3) -> None:
+    """--beside-scheduled: sql.CLAIM_NEXT alone, prepared, on one connection, in each queue in turn, inside
+    a transaction rolled back at the end (each claim takes a fresh row): the statement's own cost, without
+    the complete, the commit and other clients (steadier than jobs/s on a shared machine)."""
+    agent = bench_agent()
+    db = connection.settings_dict
+    conn = psycopg.connect(
+        dbname=db["NAME"],
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        host=db["HOST"] or db.get("OPTIONS", {}).get("host"),
+        port=db["PORT"] or None,
+        autocommit=True,
+    )
+    rates: dict[str, list[float]] = {PLAIN_QUEUE: [], QUEUE: []}
+    for _ in range(rounds):
+        for name in rates:
+            params = {
+                "scopes": agent.claim_like_patterns(),
+                "wanted": [name],
+                "agent": agent.name,
+                "owner": agent.name,
+                "limit": 1,
+                "lease_seconds": 300.0,
+            }
+            n, started = 0, time.monotonic()
+            with conn.transaction(force_rollback=True):
+                while time.monotonic() - started < seconds:
+                    conn.execute(sql.CLAIM_NEXT, params, prepare=True).fetchall()
+                    n += 1
+            rates[name].append(n / seconds)
+    conn.close()
+    plain, beside = statistics.median(rates[PLAIN_QUEUE]), statistics.median(rates[QUEUE])
+    ratio = beside / plain
+    print(f"claim statement alone, median of {rounds}: plain {plain:,.0f}/s, beside {beside:,.0f}/s ({ratio:.2f})")
+
+
 def measure_creates(n: int, runs: int) -> None:
     """queue.create one at a time, plain against scheduled an hour ahead, alternating blocks of n so both
     see the same load; creates/s and the ratio per run."""
@@ -278,6 +315,8 @@ def main() -> None:
         print("| ---: | ---: | ---: | ---: | ---: | ---: |")
         for level, p, b, pc, bc in table:
             print(f"| {level} | {p:,.0f} | {b:,.0f} | {b / p:.2f} | {pc:,.0f} us | {bc:,.0f} us |")
+        seed_beside_scheduled(seed_rows, args.beside_scheduled)
+        claim_statement_rates()
         return
     table = []
     for level in levels:
