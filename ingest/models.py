@@ -86,13 +86,16 @@ class Route(models.Model):
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
     )
+    # blank: a form that leaves them out (an older admin page, a script) gets the defaults.
     delay_seconds = models.PositiveIntegerField(
         default=0,
+        blank=True,
         validators=[MaxValueValidator(MAX_DELAY_SECONDS)],
         help_text="Seconds after the delivery before the todo may run (0: at once). The todo waits as scheduled.",
     )
     priority = models.SmallIntegerField(
         default=0,
+        blank=True,
         validators=[MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)],
         help_text="-100 to 100; lower runs first.",
     )

@@ -14,12 +14,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='route',
             name='delay_seconds',
-            field=models.PositiveIntegerField(default=0, help_text='Seconds after the delivery before the todo may run (0: at once). The todo waits as scheduled.', validators=[django.core.validators.MaxValueValidator(31536000)]),
+            field=models.PositiveIntegerField(blank=True, default=0, help_text='Seconds after the delivery before the todo may run (0: at once). The todo waits as scheduled.', validators=[django.core.validators.MaxValueValidator(31536000)]),
         ),
         migrations.AddField(
             model_name='route',
             name='priority',
-            field=models.SmallIntegerField(default=0, help_text='-100 to 100; lower runs first.', validators=[django.core.validators.MinValueValidator(-100), django.core.validators.MaxValueValidator(100)]),
+            field=models.SmallIntegerField(blank=True, default=0, help_text='-100 to 100; lower runs first.', validators=[django.core.validators.MinValueValidator(-100), django.core.validators.MaxValueValidator(100)]),
         ),
         migrations.AddConstraint(
             model_name='route',
