@@ -11,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from todos.errors import PayloadTooLarge
@@ -259,6 +261,7 @@ class QueueListSerializer(serializers.Serializer):
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 
 
+@extend_schema_field(OpenApiTypes.DATETIME)
 class RFC3339Field(serializers.Field):
     """An RFC 3339 timestamp with its offset, at most MAX_DELAY_SECONDS ahead (a naive time would be
     read in some server's zone: refused)."""
