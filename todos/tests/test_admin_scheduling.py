@@ -62,5 +62,7 @@ def test_change_priority_with_a_bad_value_changes_nothing_and_says_why(admin_cli
 
 def test_the_detail_page_of_a_scheduled_todo_offers_run_now(admin_client, make_todo):
     todo = make_todo("q", delay_seconds=60)
-    page = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id])).content.decode()
+    response = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id]))
+    assert response.status_code == 200, (response.status_code, response.headers.get("Location"))
+    page = response.content.decode()
     assert "Run now" in page and "Change priority" in page
