@@ -3,13 +3,16 @@ clock instead of freezing time, as river's testfactory does)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 
 from todos import queue
-from todos.models import Agent, Todo
+from todos.models import Agent, Todo, TodoState
 
 _CREATE_ARGS = {
     "kind",
@@ -22,6 +25,21 @@ _CREATE_ARGS = {
     "delay_seconds",
     "priority",
 }
+
+
+def _shape_defaults(state: str) -> dict[str, Any]:
+    """What the database's shape constraints (todos/states.py, SHAPES) require of a state, for the
+    columns a test does not set: a claim holds a live lease, a done todo has completed_at."""
+    if state == TodoState.CLAIMED:
+        return {
+            "owner": "fixture",
+            "lease_id": f"ls_{uuid.uuid4().hex}",
+            "lease_expires_at": Now() + timedelta(minutes=5),
+            "claimed_at": Now(),
+        }
+    if state == TodoState.DONE:
+        return {"completed_at": Now()}
+    return {}
 
 
 @pytest.fixture
@@ -54,6 +72,7 @@ def make_todo(db: None) -> Callable[..., Todo]:
             # An unscheduled todo's run_at is its creation time: aging one ages the other.
             overrides["run_at"] = overrides["created_at"]
         if overrides:
+            overrides = {**_shape_defaults(overrides.get("state", todo.state)), **overrides}
             Todo.objects.filter(pk=todo.pk).update(**overrides)
             todo.refresh_from_db()
         return todo

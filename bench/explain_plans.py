@@ -24,19 +24,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _django  # sets up Django before the app imports below
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import harness as h
 
-_django.setup("switchboard_bench_explain")
+# Reused between runs: seeding 1M rows is the slow part, and the rows do not change between plans.
+h.scratch_django("explain", fresh=False)
 
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from todos import selectors, sql  # noqa: E402
+from todos import sql  # noqa: E402
 from todos.models import Todo  # noqa: E402
 
-OUT = _django.BASE_DIR / "docs" / "query-plans.md"
+OUT = h.ROOT / "docs" / "query-plans.md"
 TOTAL = 1_000_000
 # queue -> pending rows: two busy queues, two quiet ones (SPEC trap 1 is about exactly this spread).
 PENDING = {"github.push": 25_000, "github.pull_request": 15_000, "stripe.charge": 8_000, "email.send": 2_000}
@@ -56,69 +57,85 @@ SCHEDULED_DUE = 200
 
 
 def seed_scheduled(n: int) -> None:
-    uid = "'td_' || replace(gen_random_uuid()::text, '-', '')"
+    """n todos scheduled for later (one every 2.5 s from now, priorities -100..100) and SCHEDULED_DUE due ones
+    the reaper has not promoted yet, over the four busy queues and ci.build."""
     later_queues = [*PENDING, "ci.build"]
-    queues_sql = "ARRAY[" + ",".join(f"'{q}'" for q in later_queues) + "]"
-    with connection.cursor() as cur:
-        for count, run_at in (
-            (n, "now() + i * interval '2.5 s'"),
-            (SCHEDULED_DUE if n else 0, "now() - i * interval '1 s'"),
-        ):
-            cur.execute(f"""
-                INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, attempt,
-                    max_attempts, errors, created_at, updated_at, run_at, priority)
-                SELECT {uid}, ({queues_sql})[1 + mod(i, {len(later_queues)})], 'api', 'later', 'later #' || i,
-                    '{{}}'::jsonb, NULL, 'scheduled', 0, 5, '[]'::jsonb, now() - interval '1 day',
-                    now() - interval '1 day', {run_at}, mod(i, 201) - 100
-                FROM generate_series(1, %s) i""", [count])  # fmt: skip
+    common = {"id": "'td_' || replace(gen_random_uuid()::text, '-', '')", "source": "'api'", "kind": "'later'"}
+    for count, run_at in (
+        (n, "now() + g * interval '2.5 s'"),
+        (SCHEDULED_DUE if n else 0, "now() - g * interval '1 s'"),
+    ):
+        h.seed_todos(
+            count,
+            queue=later_queues,
+            state="scheduled",
+            created_at="now() - interval '1 day'",
+            title="'later #' || g",
+            run_at=run_at,
+            priority="g %% 201 - 100",
+            **common,
+        )
+
+
+# Beyond its state's shape (bench/harness.py), what sets each state's rows apart here.
+BY_STATE: dict[str, dict[str, str]] = {
+    "claimed_live": {"state": "claimed", "owner": "'worker'", "created_at": "now() - interval '2 hours'"},
+    "claimed_lapsed": {  # some at their cap
+        "state": "lapsed",
+        "owner": "'worker'",
+        "attempt": "1 + g %% 5",
+        "created_at": "now() - interval '2 hours'",
+    },
+    "retry_waiting": {"state": "retry_waiting", "created_at": "now() - interval '2 hours'"},
+    "retry_due": {"state": "retry_due", "created_at": "now() - interval '2 hours'"},
+    "dead": {"state": "dead", "created_at": "now() - interval '3 days'", "updated_at": "now() - g * interval '1 min'"},
+}
 
 
 def seed(scheduled: int = SCHEDULED) -> None:
     started = time.monotonic()
     done = TOTAL - sum(PENDING.values()) - sum(MIX.values())
-    queues_sql = "ARRAY[" + ",".join(f"'{q}'" for q in QUEUES) + "]"
-    common = """INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, owner,
-        lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-        next_retry_at, lease_id, errors, run_at, priority)"""
-    uid = "'td_' || replace(gen_random_uuid()::text, '-', '')"
+    common = {"id": "'td_' || replace(gen_random_uuid()::text, '-', '')", "source": "'github'", "kind": "'event'"}
     with connection.cursor() as cur:
         cur.execute("TRUNCATE todos_todo, todos_queue")
-        cur.execute("INSERT INTO todos_queue (name, created_at) SELECT unnest(%s::text[]), now()", [QUEUES])
-        # History: done over the last 30 days, spread over all queues.
-        cur.execute(f"""{common}
-            SELECT {uid}, ({queues_sql})[1 + mod(i, {len(QUEUES)})], 'github', 'event', 'done #' || i,
-                jsonb_build_object('n', i), 'done-' || i, 'done', 'worker', NULL, 1, 5, '{{"ok": true}}'::jsonb,
-                now() - interval '30 days' + i * interval '2 seconds', now() - interval '30 days' + i * interval '2 s',
-                now() - interval '30 days' + i * interval '2 s', now() - interval '30 days' + i * interval '2 s',
-                NULL, NULL, '[]'::jsonb, now() - interval '30 days' + i * interval '2 seconds', 0
-            FROM generate_series(1, %s) i""", [done])  # fmt: skip
-        # Pending: the last hour, per queue.
-        for q, n in PENDING.items():
-            cur.execute(f"""{common}
-                SELECT {uid}, %s, 'github', 'event', 'pending #' || i, jsonb_build_object('n', i),
-                    %s || '-' || i, 'pending', NULL, NULL, 0, 5, NULL,
-                    now() - interval '1 hour' + i * interval '50 ms', now(), NULL, NULL, NULL, NULL, '[]'::jsonb,
-                    now() - interval '1 hour' + i * interval '50 ms', mod(i, 7) - 3
-                FROM generate_series(1, %s) i""", [q, f"pending-{q}", n])  # fmt: skip
-        states = {
-            # live claims: lease in the future
-            "claimed_live": """'claimed', 'worker', now() + interval '5 min', 1, 5, NULL, now() - interval '2 hours',
-                now(), now(), NULL, NULL, 'ls_' || i, '[]'::jsonb""",
-            # lapsed claims, some at their cap
-            "claimed_lapsed": """'claimed', 'worker', now() - i * interval '1 s', 1 + mod(i, 5), 5, NULL,
-                now() - interval '2 hours', now(), now(), NULL, NULL, 'ls_lapsed_' || i, '[]'::jsonb""",
-            "retry_waiting": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
-                now() + i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
-            "retry_due": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
-                now() - i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
-            "dead": """'failed', NULL, NULL, 5, 5, NULL, now() - interval '3 days', now() - i * interval '1 min',
-                now(), NULL, NULL, NULL, '[{"attempt": 5, "error": "boom"}]'::jsonb""",
-        }
-        for name, columns in states.items():
-            cur.execute(f"""{common}
-                SELECT {uid}, ({queues_sql})[1 + mod(i, 4)], 'github', 'event', '{name} #' || i, '{{}}'::jsonb,
-                    '{name}-' || i, {columns}, now() - interval '2 hours', 0
-                FROM generate_series(1, %s) i""", [MIX[name]])  # fmt: skip
+    # History: done over the last 30 days, spread over all queues.
+    h.seed_todos(
+        done,
+        queue=QUEUES,
+        state="done",
+        created_at="now() - interval '30 days' + g * interval '2 seconds'",
+        title="'done #' || g",
+        payload="jsonb_build_object('n', g)",
+        idempotency_key="'done-' || g",
+        owner="'worker'",
+        updated_at="at",
+        **common,
+    )
+    # Pending: the last hour, per queue.
+    for q, n in PENDING.items():
+        h.seed_todos(
+            n,
+            queue=q,
+            created_at="now() - interval '1 hour' + g * interval '50 ms'",
+            title="'pending #' || g",
+            payload="jsonb_build_object('n', g)",
+            idempotency_key=f"'pending-{q}-' || g",
+            priority="g %% 7 - 3",
+            **common,
+        )
+    # The rest over the four busy queues.
+    for name, n in MIX.items():
+        shape = dict(BY_STATE[name])
+        h.seed_todos(
+            n,
+            queue=QUEUES[:4],
+            state=shape.pop("state"),
+            created_at=shape.pop("created_at"),
+            title=f"'{name} #' || g",
+            idempotency_key=f"'{name}-' || g",
+            **common,
+            **shape,
+        )
     seed_scheduled(scheduled)
     with connection.cursor() as cur:
         # VACUUM cannot run inside a transaction; Django's connection is in autocommit here.
@@ -314,10 +331,10 @@ def plans() -> list[Plan]:
         (
             Plan(
                 "seconds_until_claimable (a long-poll's next wake)",
-                "selectors.SECONDS_UNTIL_CLAIMABLE",
+                "sql.SECONDS_UNTIL_CLAIMABLE",
                 "todo_scheduled_due",
             ),
-            selectors.SECONDS_UNTIL_CLAIMABLE,
+            sql.SECONDS_UNTIL_CLAIMABLE,
             {"scopes": scopes_all, "wanted": scopes_all, "agent": "bench"},
         ),
         (
@@ -445,7 +462,7 @@ def write(result: list[Plan]) -> None:
         "  reaper keeps them few; if an outage leaves tens of thousands, claims slow until it has swept.",
         "- Prepared, CLAIM_NEXT must keep custom plans (PostgreSQL's default choice here): forced generic plans",
         "  (`plan_cache_mode = force_generic_plan`) made the raw claim+complete loop of",
-        "  bench/queue_throughput.py ten times slower (784 -> 77 jobs/s, one worker).",
+        "  `make bench` ten times slower (784 -> 77 jobs/s, one worker).",
         "",
     ]
     for plan in result:
@@ -473,7 +490,6 @@ def main() -> None:
     parser.add_argument("--reseed", action="store_true", help="truncate and seed again")
     parser.add_argument("--scheduled", type=int, default=SCHEDULED, help="todos scheduled for later beside the mix")
     args = parser.parse_args()
-    _django.migrate()
     have = one("SELECT count(*) FROM todos_todo")[0]
     want = TOTAL + args.scheduled + (SCHEDULED_DUE if args.scheduled else 0)
     if args.reseed or have != want:

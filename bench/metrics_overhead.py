@@ -13,7 +13,8 @@ mp = sys.argv[1] == "mp"
 if mp:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from switchboard.metrics import HTTP_LATENCY, HTTP_REQUESTS, TRANSITIONS  # noqa: E402 (after the env var: multiprocess mode is chosen at import)
+from switchboard.metrics import HTTP_LATENCY, HTTP_REQUESTS  # noqa: E402 (after the env var: multiprocess mode is chosen at import)
+from todos.metrics import TRANSITIONS  # noqa: E402
 
 n = 100_000
 t = time.perf_counter()

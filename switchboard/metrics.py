@@ -1,61 +1,30 @@
-"""Every Prometheus metric Switchboard exports, by name, and the /metrics rendering.
+"""The /metrics rendering and the project-wide metrics (HTTP requests, ingest deliveries).
 
 Two kinds of numbers, two sources (docs/deploy.md, "Metrics", explains the choice):
 
-* Events counted where they happen (transitions, lease lapses, reaper sweeps, ingest deliveries,
-  HTTP requests) are prometheus-client counters and histograms. Under gunicorn each worker is its
-  own process, so gunicorn.conf.py turns on prometheus-client's multiprocess mode
-  (PROMETHEUS_MULTIPROC_DIR): every worker writes its values to a memory-mapped file and /metrics,
-  whichever worker answers, sums the files of all of them.
-* The state of the queue (todos by queue and state, dead-letters, oldest pending age) is read from
-  PostgreSQL at scrape time by one grouped statement (QUEUE_STATS_SQL), cached for a few seconds.
-  The database is the truth that every web process and reaper shares; a per-process gauge could
-  only ever see its own slice.
+* Events counted where they happen (HTTP requests here; transitions, lease lapses, reaper sweeps and
+  purges in todos/metrics.py; ingest deliveries) are prometheus-client counters and histograms. Under
+  gunicorn each worker is its own process, so gunicorn.conf.py turns on prometheus-client's
+  multiprocess mode (PROMETHEUS_MULTIPROC_DIR): every worker writes its values to a memory-mapped file
+  and /metrics, whichever worker answers, sums the files of all of them.
+* State read at scrape time (the queue's, from PostgreSQL) comes from collectors that apps register
+  with ``register_scrape_collector`` (todos does so in its AppConfig.ready()). The database is the truth
+  that every web process and reaper shares; a per-process gauge could only ever see its own slice.
 
-This module defines metrics only; it imports no models, so todos/queue.py can import it.
+This module imports no app: the apps import it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
-import threading
-import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-
-logger = logging.getLogger(__name__)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 # --- Counted where they happen ---------------------------------------------------------------------
-
-# One increment per call of a todos/queue.py transition. outcome: "ok"; "duplicate" (create returned
-# an existing runnable todo); "empty" (claim_next found nothing); or the QueueError code of a miss:
-# "not_found", "conflict", "invalid". For the sweeps (lease_lapse, retry_due) one increment per row.
-TRANSITIONS = Counter(
-    "switchboard_todo_transitions",
-    "Todo state-machine calls, by verb and outcome.",
-    ["verb", "outcome"],
-)
-
-# A lease that lapsed and was noticed: by the reaper (requeue_lapsed) or by a claim that took the
-# lapsed todo before the reaper swept it (SPEC decision 1). outcome: requeued | dead_lettered | reclaimed.
-LEASE_LAPSES = Counter(
-    "switchboard_lease_lapses",
-    "Leases that lapsed without heartbeat or completion, by who noticed and what became of the todo.",
-    ["detected_by", "outcome"],
-)
-
-REAPER_SWEEPS = Counter("switchboard_reaper_sweeps", "Reaper sweeps, by outcome (ok | error).", ["outcome"])
-REAPER_SWEEP_SECONDS = Histogram(
-    "switchboard_reaper_sweep_duration_seconds",
-    "Wall time of one reaper sweep (lapsed leases and due retries, all batches).",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-)
 
 # Counted by the ingest view (ingest/views.py): INGEST_DELIVERIES.labels(source=slug, outcome=...).inc().
 # outcome is one of INGEST_OUTCOMES. ``source`` is a configured source's slug; a delivery refused before
@@ -76,7 +45,22 @@ INGEST_OUTCOMES = (
     "failed",  # our side (database, a misconfigured route): 503, the provider retries
 )
 
-PURGED = Counter("switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | event).", ["kind"])
+# Counted by manage.py consume_stream (ingest/streams.py), labelled by the stream's name (one series
+# per stream a deployer configures). read: entries handed to this consumer, by how (new: XREADGROUP >;
+# pending: its own unacked entries, re-read after a restart or an outage; claimed: XAUTOCLAIM from a
+# consumer that went quiet). outcome: stored (a new event), duplicate (acked, nothing new), rejected
+# (recorded in the rejected stream and acked), failed (a route could not make its todo: left pending).
+STREAM_ENTRIES_READ = Counter(
+    "switchboard_stream_entries_read", "Redis Stream entries read, by stream and how.", ["stream", "via"]
+)
+STREAM_ENTRIES = Counter(
+    "switchboard_stream_entries", "Redis Stream entries handled, by stream and outcome.", ["stream", "outcome"]
+)
+STREAM_ERRORS = Counter(
+    "switchboard_stream_errors",
+    "Consumer passes that failed and were retried after a backoff, by what was unreachable (redis | database).",
+    ["stream", "cause"],
+)
 
 # Labelled by the resolved URL pattern (e.g. "api/v1/todos/<str:todo_id>/complete/"), never the raw
 # path, so the number of series is bounded by the number of routes.
@@ -101,136 +85,32 @@ def record_ingest_delivery(source: str, outcome: str) -> None:
     INGEST_DELIVERIES.labels(source=source, outcome=outcome).inc()
 
 
-# --- Read from the database at scrape time ---------------------------------------------------------
-
-# One statement, one index per branch (measured on 1M rows: docs/benchmarks.md, "## operations"):
-#   pending        index-only scan of todo_pending_claim_scan (queue, priority, run_at) WHERE pending:
-#                  the count and the oldest run_at per queue (how long work has been claimable)
-#   claimed        todo_claimed_lease_expiry (in-flight work: small)
-#   retry_waiting  todo_retry_due (small)
-#   dead           index-only scan of todo_dead_letters (queue, updated_at) WHERE dead
-#   scheduled      index-only scan of todo_scheduled_due (queue, run_at) WHERE scheduled
-#   known          the small todos_queue table, so an empty queue reports 0 instead of vanishing
-# Done todos are history, not queue state: counting them costs a scan of everything retention has
-# not yet purged, so they are left out; the completion rate is
-# rate(switchboard_todo_transitions_total{verb="complete",outcome="ok"}).
-QUEUE_STATS_SQL = """
-SELECT name, 'known', 0, NULL::double precision FROM todos_queue
-UNION ALL
-SELECT queue, 'pending', count(*), extract(epoch FROM now() - min(run_at))::double precision
-FROM todos_todo WHERE state = 'pending' GROUP BY queue
-UNION ALL
-SELECT queue, 'claimed', count(*), NULL FROM todos_todo WHERE state = 'claimed' GROUP BY queue
-UNION ALL
-SELECT queue, 'retry_waiting', count(*), NULL FROM todos_todo
-WHERE state = 'failed' AND next_retry_at IS NOT NULL GROUP BY queue
-UNION ALL
-SELECT queue, 'dead', count(*), NULL FROM todos_todo
-WHERE state = 'failed' AND next_retry_at IS NULL GROUP BY queue
-UNION ALL
-SELECT queue, 'scheduled', count(*), NULL FROM todos_todo WHERE state = 'scheduled' GROUP BY queue
-"""
-
-LIVE_STATES = ("pending", "claimed", "failed", "scheduled")
+# --- Read at scrape time --------------------------------------------------------------------------
 
 
-def queue_stats() -> dict[str, dict[str, float]]:
-    """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "scheduled", "oldest_pending_age"}}."""
-    from django.db import connection
+class ScrapeCollector(Protocol):
+    """A collector that reads its numbers when scraped, caching them for a moment (``clear`` drops it)."""
 
-    stats: dict[str, dict[str, float]] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(QUEUE_STATS_SQL)
-        rows = cursor.fetchall()
-    for name, bucket, count, oldest in rows:
-        entry = stats.setdefault(
-            name,
-            {"pending": 0, "claimed": 0, "retry_waiting": 0, "dead": 0, "scheduled": 0, "oldest_pending_age": 0.0},
-        )
-        if bucket != "known":
-            entry[bucket] = count
-        if bucket == "pending":
-            entry["oldest_pending_age"] = max(0.0, float(oldest))
-    for entry in stats.values():
-        entry["failed"] = entry["retry_waiting"] + entry["dead"]
-    return stats
+    def collect(self) -> Iterator[Metric]: ...
+
+    def describe(self) -> list[Metric]: ...
+
+    def clear(self) -> None: ...
 
 
-class QueueStateCollector:
-    """Gauges computed from QUEUE_STATS_SQL, cached per process for ``ttl`` seconds so that several
-    Prometheus servers (or an impatient operator) scraping at once cost one query per ttl."""
-
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
-        self._lock = threading.Lock()
-        self._cached: tuple[float, dict[str, dict[str, float]]] | None = None
-
-    def stats(self) -> dict[str, dict[str, float]]:
-        with self._lock:
-            now = time.monotonic()
-            if self._cached is None or now - self._cached[0] >= self.ttl:
-                self._cached = (now, queue_stats())
-            return self._cached[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._cached = None
-
-    def describe(self) -> list[Metric]:
-        return []  # no query at registration time
-
-    def collect(self) -> Iterator[Metric]:
-        from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
-
-        up = GaugeMetricFamily(
-            "switchboard_database_up", "1 if this scrape could read the queue's state from PostgreSQL, else 0."
-        )
-        try:
-            stats = self.stats()
-        except DatabaseError as exc:
-            # The counters are what an operator needs most during an outage (5xx, failed sweeps), so the
-            # scrape still succeeds: without the queue gauges, and saying why.
-            logger.warning("metrics: queue state unavailable: %s", exc.__class__.__name__)
-            connections[DEFAULT_DB_ALIAS].close_if_unusable_or_obsolete()
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
-        todos = GaugeMetricFamily(
-            "switchboard_todos",
-            "Todos in each live state, by queue (failed = retry_waiting + dead; done is not counted).",
-            labels=["queue", "state"],
-        )
-        dead = GaugeMetricFamily("switchboard_dead_letters", "Dead-lettered todos, by queue.", labels=["queue"])
-        waiting = GaugeMetricFamily(
-            "switchboard_retry_waiting", "Failed todos waiting for a scheduled retry, by queue.", labels=["queue"]
-        )
-        oldest = GaugeMetricFamily(
-            "switchboard_oldest_pending_age_seconds",
-            "Age of the oldest pending todo, by queue (0 when none is pending).",
-            labels=["queue"],
-        )
-        for name in sorted(stats):
-            entry = stats[name]
-            for state in LIVE_STATES:
-                todos.add_metric([name, state], entry[state])
-            dead.add_metric([name], entry["dead"])
-            waiting.add_metric([name], entry["retry_waiting"])
-            oldest.add_metric([name], entry["oldest_pending_age"])
-        yield from (todos, dead, waiting, oldest)
+_scrape_collectors: list[ScrapeCollector] = []
 
 
-_queue_state: QueueStateCollector | None = None
+def register_scrape_collector(collector: ScrapeCollector) -> None:
+    """Add ``collector`` to every /metrics rendering (once, however often an app's ready() runs)."""
+    if collector not in _scrape_collectors:
+        _scrape_collectors.append(collector)
 
 
-def queue_state_collector() -> QueueStateCollector:
-    global _queue_state
-    if _queue_state is None:
-        from django.conf import settings
-
-        _queue_state = QueueStateCollector(ttl=float(settings.METRICS_CACHE_SECONDS))
-    return _queue_state
+def clear_scrape_caches() -> None:
+    """Forget every scrape collector's cached reading, so that the next scrape reads afresh (tests)."""
+    for collector in _scrape_collectors:
+        collector.clear()
 
 
 class _DefaultRegistry:
@@ -248,19 +128,61 @@ def multiprocess_dir() -> str | None:
 
 def render_latest() -> bytes:
     """The /metrics body: counters from every worker (multiprocess mode) or this process, plus the
-    queue-state gauges read from the database."""
+    registered scrape collectors (the queue-state gauges read from the database)."""
     registry = CollectorRegistry(auto_describe=False)
     directory = multiprocess_dir()
     if directory:
         from prometheus_client.multiprocess import MultiProcessCollector
 
-        MultiProcessCollector(registry, path=directory)
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
     else:
-        registry.register(_DefaultRegistry())  # type: ignore[arg-type]  # duck-typed collector
-    registry.register(queue_state_collector())  # type: ignore[arg-type]
+        registry.register(_DefaultRegistry())
+    for collector in _scrape_collectors:
+        registry.register(collector)
     return generate_latest(registry)
 
 
 def parse_networks(values: list[str]) -> list[Any]:
     """METRICS_ALLOWED_NETWORKS: CIDRs (or single addresses); a bad entry is a configuration error."""
     return [ipaddress.ip_network(v.strip(), strict=False) for v in values if v.strip()]
+
+
+class StreamGroupCollector:
+    """The consumer group's backlog, read from Redis at scrape time (XINFO GROUPS): ``pending``
+    (delivered, not yet acked, across all its consumers) and ``lag`` (in the stream, not yet delivered).
+    Like the queue gauges, the shared store is the truth: every consumer of the group reports the same."""
+
+    def __init__(self, stream: str, group: str, read_group: Any) -> None:
+        self.stream, self.group = stream, group
+        self.read_group = read_group  # () -> {"pending": int, "lag": int | None} or None when Redis is down
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing is read from Redis at registration time
+
+    def collect(self) -> Iterator[Metric]:
+        labels = [self.stream, self.group]
+        up = GaugeMetricFamily(
+            "switchboard_stream_redis_up",
+            "1 if this scrape could read the group from Redis, else 0.",
+            labels=["stream", "group"],
+        )
+        info = self.read_group()
+        up.add_metric(labels, 0 if info is None else 1)
+        yield up
+        if info is None:
+            return
+        pending = GaugeMetricFamily(
+            "switchboard_stream_pending",
+            "Entries delivered to the group and not yet acked.",
+            labels=["stream", "group"],
+        )
+        pending.add_metric(labels, info["pending"])
+        yield pending
+        if info.get("lag") is not None:  # Redis cannot tell after some deletions: no sample rather than a guess
+            lag = GaugeMetricFamily(
+                "switchboard_stream_lag",
+                "Entries in the stream not yet delivered to the group.",
+                labels=["stream", "group"],
+            )
+            lag.add_metric(labels, info["lag"])
+            yield lag

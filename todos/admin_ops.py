@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.admin.models import CHANGE, LogEntry
 
-from todos import queue
+from todos import queue, states
 from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
 from todos.models import Todo
 
@@ -127,21 +127,14 @@ def skip_reason(exc: TodoConflict | TodoNotFound) -> str:
         return "gone"
     if exc.extra.get("reason") == "idempotency_key_taken":
         return "with their idempotency key held by a newer todo"
-    return _label(exc.state, bool(exc.extra.get("dead_letter")))
-
-
-def _label(state: str, no_retry: bool) -> str:  # the words of todos/admin_display.state_label
-    if state == "failed":
-        return "dead-letter" if no_retry else "retry-waiting"
-    return state
+    return states.label_of(exc.state, dead_letter=bool(exc.extra.get("dead_letter")))
 
 
 def _classify(ids: set[str]) -> Counter[str]:
     """Why each of these was not moved: its state now (one query for the lot); absent ones are gone."""
     reasons: Counter[str] = Counter()
-    found = Todo.objects.filter(pk__in=ids).values_list("pk", "state", "next_retry_at")
-    for _, state, next_retry_at in found:
-        reasons[_label(state, next_retry_at is None)] += 1
+    for todo in Todo.objects.filter(pk__in=ids).only("state", "next_retry_at"):
+        reasons[states.label(todo)] += 1
     missing = len(ids) - reasons.total()
     if missing:
         reasons["gone"] += missing

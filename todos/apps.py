@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class TodosConfig(AppConfig):
     name = "todos"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from switchboard.metrics import register_scrape_collector
+        from todos.metrics import queue_state_collector
+
+        register_scrape_collector(queue_state_collector())

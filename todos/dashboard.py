@@ -1,7 +1,9 @@
 """The operator's dashboard: per queue, what is waiting, running, retrying and dead, and the last
 hour's completions and failures per minute.
 
-Every number comes from an aggregate that one index serves (measured at 1M rows, docs/benchmarks.md):
+The counts are selectors.queue_stats (the statement the API and /metrics read too); the per-minute
+series are sql.PER_MINUTE. Every number comes from an aggregate that one index serves (measured at 1M
+rows, docs/benchmarks.md):
   pending count and oldest      todo_pending_claim_scan (queue, priority, run_at) WHERE pending
   claimed count                 todo_claimed_lease_expiry (few rows: one per working agent)
   retry-waiting count           todo_retry_due (few rows: bounded by the retry window)
@@ -20,37 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from todos import selectors, sql
+
 MINUTES = 60
-
-QUEUE_COUNTS = """
-SELECT queue, 'pending' AS what, count(*), min(run_at) FROM todos_todo WHERE state = 'pending' GROUP BY queue
-UNION ALL
-SELECT queue, 'claimed', count(*), NULL FROM todos_todo WHERE state = 'claimed' GROUP BY queue
-UNION ALL
-SELECT queue, 'retry_waiting', count(*), NULL FROM todos_todo
-WHERE state = 'failed' AND next_retry_at IS NOT NULL GROUP BY queue
-UNION ALL
-SELECT queue, 'dead', count(*), NULL FROM todos_todo
-WHERE state = 'failed' AND next_retry_at IS NULL GROUP BY queue
-UNION ALL
-SELECT queue, 'scheduled', count(*), NULL FROM todos_todo WHERE state = 'scheduled' GROUP BY queue
-"""
-
-PER_MINUTE = """
-SELECT queue, 'done' AS what, date_trunc('minute', completed_at) AS minute, count(*) FROM todos_todo
-WHERE state = 'done' AND completed_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
-GROUP BY 1, 3
-UNION ALL
-SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM todos_todo
-WHERE state = 'failed' AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
-GROUP BY 1, 3
-"""
 
 
 @dataclass
@@ -90,16 +71,17 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
             queues[name] = QueueHealth(name, done_per_minute=[0] * minutes, failed_per_minute=[0] * minutes)
         return queues[name]
 
+    for stats in selectors.queue_stats():
+        if stats.unfinished:  # a queue with nothing unfinished is listed only for its recent history
+            health = get(stats.queue)
+            health.pending, health.claimed = stats.pending, stats.claimed
+            health.retry_waiting, health.dead = stats.retry_waiting, stats.dead_letters
+            health.oldest_pending = stats.oldest_pending
+            health.scheduled = stats.scheduled
     with connection.cursor() as cursor:
-        cursor.execute(QUEUE_COUNTS)
-        for name, what, count, oldest in cursor.fetchall():
-            health = get(name)
-            setattr(health, what, count)
-            if what == "pending":
-                health.oldest_pending = oldest
         cursor.execute("SELECT now(), date_trunc('minute', now())")
         now, this_minute = cursor.fetchone()
-        cursor.execute(PER_MINUTE, {"minutes": minutes})
+        cursor.execute(sql.PER_MINUTE, {"minutes": minutes})
         for name, what, minute, count in cursor.fetchall():
             slot = minutes - 1 - int((this_minute - minute) / timedelta(minutes=1))
             if 0 <= slot < minutes:
@@ -108,7 +90,7 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
     return sorted(queues.values(), key=lambda q: q.name), now
 
 
-def chart_svg_bars(done: list[int], failed: list[int], *, width: int = 240, height: int = 40) -> dict:
+def chart_svg_bars(done: list[int], failed: list[int], *, width: int = 240, height: int = 40) -> dict[str, Any]:
     """Geometry for a small server-rendered bar chart (templates/admin/dashboard.html draws it)."""
     peak = max([*done, *failed, 1])
     n = len(done)

@@ -1,4 +1,9 @@
-"""The todo, its states, the agents that work on todos, and the registry of queue names."""
+"""The todo, the agents that work on todos, and the registry of queue names.
+
+The todo's states (TodoState, with who moves a todo in and out of each) and the conditions derived from
+its columns (dead-letter, retry-waiting, lease lapsed, ...) are defined in todos/states.py; the partial
+indexes and CHECK constraints below are built from them. The database keeps the queue registry itself
+(a trigger, migration 0009), whatever path writes a todo."""
 
 from __future__ import annotations
 
@@ -13,11 +18,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models.functions import Now, Upper
+
+from todos import states
+from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
@@ -52,43 +61,17 @@ class LikeAny(models.Lookup):
     lookup_name = "like_any"
     prepare_rhs = False
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    # The stubs narrow a lookup's params to str | int; this one binds a list (a text[] parameter).
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:  # type: ignore[override]
         lhs, lhs_params = self.process_lhs(compiler, connection)
         return f"{lhs} LIKE ANY(%s::text[])", [*lhs_params, list(self.rhs)]
 
 
-class TodoState(models.TextChoices):
-    # Entered by create, release, a lapsed lease below the cap (reaper), a due retry
-    # (retry scheduler) and operator retry. Left by claim.
-    PENDING = "pending", "pending"
-    # Entered by claim (also of a lapsed lease or a due retry). Left by complete, fail,
-    # release, or the lease lapsing.
-    CLAIMED = "claimed", "claimed"
-    # Terminal. Entered by complete (or an operator's discard).
-    DONE = "done", "done"
-    # Entered by fail and by a lapsed lease at the cap. With next_retry_at set it waits for
-    # a retry (left by the retry scheduler or a claim once due); with next_retry_at null it
-    # is a dead-letter, left only by operator retry.
-    FAILED = "failed", "failed"
-    # Entered by create with a future run_at (or a delay). Left by a claim once run_at has passed (the
-    # claim scan sees due ones at once), by the reaper's promotion to pending, or by an operator's run now
-    # (or discard).
-    SCHEDULED = "scheduled", "scheduled"
-
-
-# --- Scheduling vocabulary (issue 12). Fold into the vocabulary module (todos/states.py) at merge; every
-# other Python use of these conditions refers to these names. The SQL forms are in todos/sql.py's block of
-# the same name.
-PRIORITY_MIN, PRIORITY_MAX = -100, 100  # lower runs first (Graphile Worker's convention)
-MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
-# scheduled and due: claimable by the claim scan, promoted to pending by the reaper.
-SCHEDULED_DUE = Q(state=TodoState.SCHEDULED, run_at__lte=Now())
-# The todos that can still run hold their idempotency key (SPEC decision 3); scheduled ones included.
-RUNNABLE = Q(state__in=[TodoState.PENDING, TodoState.CLAIMED, TodoState.SCHEDULED]) | Q(
-    state=TodoState.FAILED, next_retry_at__isnull=False
-)
-# Operators may change the priority of, or run now, only what has not started.
-PRIORITY_CHANGEABLE_STATES = (TodoState.PENDING, TodoState.SCHEDULED)
+# Re-exported: the states themselves, and their conditions, live in todos/states.py.
+__all__ = ["TodoState"]
+# Scheduling's vocabulary (issue 12) lives in todos/states.py too; these names are kept for its callers.
+PRIORITY_MIN, PRIORITY_MAX = states.PRIORITY_MIN, states.PRIORITY_MAX
+MAX_DELAY_SECONDS = states.MAX_DELAY_SECONDS
 
 
 class TodoQuerySet(models.QuerySet["Todo"]):
@@ -97,19 +80,7 @@ class TodoQuerySet(models.QuerySet["Todo"]):
         return self.filter(queue__like_any=agent.visible_like_patterns())
 
     def dead_lettered(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__isnull=True)
-
-    def retry_waiting(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__isnull=False)
-
-    def lapsed(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.CLAIMED, lease_expires_at__lt=Now())
-
-    def retry_due(self) -> TodoQuerySet:
-        return self.filter(state=TodoState.FAILED, next_retry_at__lte=Now())
-
-    def runnable(self) -> TodoQuerySet:
-        return self.filter(RUNNABLE)
+        return self.filter(states.DEAD_LETTER.q)
 
 
 class Todo(models.Model):
@@ -151,7 +122,7 @@ class Todo(models.Model):
             # this exact predicate.
             models.UniqueConstraint(
                 fields=["queue", "idempotency_key"],
-                condition=Q(idempotency_key__isnull=False) & RUNNABLE,
+                condition=Q(idempotency_key__isnull=False) & states.RUNNABLE.q,
                 name="todo_runnable_idempotency_key",
             ),
             models.CheckConstraint(condition=Q(attempt__gte=0), name="todo_attempt_not_negative"),
@@ -159,6 +130,9 @@ class Todo(models.Model):
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="todo_priority_range"
             ),
+            # The state's values and what each state implies about the lease, retry and completion
+            # columns (todos/states.py, SHAPES): every write path, not only todos/queue.py, keeps them.
+            *states.shape_constraints(),
         ]
         indexes = [
             # claim_next, pending branch: one index descent per queue, in claim order (priority, then run_at).
@@ -168,25 +142,25 @@ class Todo(models.Model):
                 F("queue"),
                 F("priority"),
                 F("run_at").asc(nulls_first=True),
-                condition=Q(state="pending"),
+                condition=states.PENDING.q,
                 name="todo_pending_claim_scan",
             ),
             # claim_next's and the reaper's scheduled-due branches, and the long-poll's next wake: per queue
             # a range run_at <= now() that stops at the first future row, so a claim never walks the future
             # (Procrastinate filters its scheduled_at after the index and re-walks them on every fetch).
-            models.Index(fields=["queue", "run_at"], condition=Q(state="scheduled"), name="todo_scheduled_due"),
+            models.Index(fields=["queue", "run_at"], condition=states.SCHEDULED.q, name="todo_scheduled_due"),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
-            models.Index(fields=["lease_expires_at"], condition=Q(state="claimed"), name="todo_claimed_lease_expiry"),
+            models.Index(fields=["lease_expires_at"], condition=states.CLAIMED.q, name="todo_claimed_lease_expiry"),
             # promote_due_retries and claim_next's due-retry branch.
             models.Index(
                 fields=["next_retry_at"],
-                condition=Q(state="failed", next_retry_at__isnull=False),
+                condition=states.RETRY_WAITING.q,
                 name="todo_retry_due",
             ),
             # Dead-letter triage (admin filter, API dead=true, queue counts).
             models.Index(
                 fields=["queue", "updated_at"],
-                condition=Q(state="failed", next_retry_at__isnull=True),
+                condition=states.DEAD_LETTER.q,
                 name="todo_dead_letters",
             ),
             # An event's todos (the FK's PROTECT check, the event admin, replay). Partial: todos that
@@ -208,10 +182,14 @@ class Todo(models.Model):
             ),
             # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
             # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
-            models.Index(fields=["completed_at"], condition=Q(state="done"), name="todo_done_recent"),
+            models.Index(fields=["completed_at"], condition=states.DONE.q, name="todo_done_recent"),
             # The dashboard's failures per minute (failed rows by when they last changed), and
             # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
-            models.Index(fields=["updated_at"], condition=Q(state="failed"), name="todo_failed_recent"),
+            models.Index(fields=["updated_at"], condition=states.FAILED.q, name="todo_failed_recent"),
+            # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
+            # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
+            # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
+            GinIndex(OpClass(Upper("title"), name="gin_trgm_ops"), name="todo_title_trgm"),
         ]
 
     def __str__(self) -> str:
@@ -219,11 +197,11 @@ class Todo(models.Model):
 
     @property
     def is_dead_letter(self) -> bool:
-        return self.state == TodoState.FAILED and self.next_retry_at is None
+        return states.DEAD_LETTER.holds(self)
 
     @property
     def is_scheduled(self) -> bool:
-        return self.state == TodoState.SCHEDULED
+        return states.SCHEDULED.holds(self)
 
 
 class Queue(models.Model):
@@ -282,6 +260,16 @@ class Agent(models.Model):
 
     def may_claim_from(self, queue: str) -> bool:
         return _glob_matches(self.claim_scopes, queue)
+
+    def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
+        """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
+        claim for them could never return anything. (Two globs that only partly overlap, such as
+        ``gi*`` and ``*hub``, count as outside.)"""
+        return [
+            w
+            for w in wanted
+            if not _glob_matches(self.claim_scopes, w) and not any(_glob_matches([w], s) for s in self.claim_scopes)
+        ]
 
 
 def _glob_matches(scopes: Iterable[str], queue: str) -> bool:

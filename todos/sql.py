@@ -4,43 +4,42 @@ database's now() (SPEC decision 7), and RETURNING hands back the row as it is af
 
 Why raw SQL here and the ORM elsewhere: the claim scan needs one index lookup per queue (a LATERAL
 join, SPEC trap 1) and every transition must be a single guarded UPDATE ... RETURNING (trap 2);
-Django's ORM can express neither. bench/queue_throughput.py measures the result against the same
+Django's ORM can express neither. `make bench` measures the result against the same
 cycle written directly against psycopg.
 
 Parameters common to several statements:
   visible   LIKE patterns of the queues the caller may see (its scopes; ['%'] for the system)
   agent     the agent's name; a claim's owner is "<agent>" or "<agent>/<worker>"
+
+Conditions on a todo's state come from todos/states.py (``S.DEAD_LETTER.sql("t")``), so each is written
+once; the index each statement relies on is the one whose predicate is that same condition
+(todos/models.py).
 """
 
-# --- Scheduling vocabulary (issue 12). Fold into the vocabulary module (todos/states.py) at merge; the
-# statements below use these names, never the conditions written out. Python forms: todos/models.py's
-# block of the same name. Written for a todos_todo aliased t.
-# scheduled and due: claimable by the claim scan at once (like a lapsed lease, SPEC decision 1), promoted
-# to pending by the reaper. Served by todo_scheduled_due (queue, run_at) WHERE state = 'scheduled'.
-SCHEDULED_DUE = "t.state = 'scheduled' AND t.run_at <= now()"
-# Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at: creation time
-# unless scheduled). created_at would do for time only while nothing is scheduled.
-CLAIM_ORDER = "priority, run_at"
+from todos import states as S
+
+# Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
+# Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
+CLAIM_ORDER = S.claim_order_sql()
 # create: a run_at in the future makes a scheduled todo; otherwise pending. %(run_at)s is the caller's
 # run_at, or NULL for now() + %(delay)s seconds (NULL: none).
 _RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => COALESCE(%(delay)s::double precision, 0)))"
-_CREATED_STATE = f"CASE WHEN {_RUN_AT} > now() THEN 'scheduled' ELSE 'pending' END"
+_CREATED_STATE = f"CASE WHEN {_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END"
 # A scheduled create wakes the long-polls of its queue only when it falls due within the longest wait
 # (todos/api/serializers.py MAX_WAIT_SECONDS): a waiter then re-reads its next wake time
-# (todos/selectors.py SECONDS_UNTIL_CLAIMABLE) and wakes at run_at. Later ones are found by the waits
+# (todos/selectors.py seconds_until_claimable) and wakes at run_at. Later ones are found by the waits
 # that start after them; NOTIFYing those would wake waiters for nothing.
 SCHEDULED_NOTIFY_HORIZON_SECONDS = 20
-# Also the unique constraint todo_runnable_idempotency_key's condition (todos/models.py RUNNABLE); ON
-# CONFLICT must repeat it for PostgreSQL to pick that partial index as the arbiter.
-_RUNNABLE_KEY = """idempotency_key IS NOT NULL
-    AND (state IN ('pending', 'claimed', 'scheduled') OR (state = 'failed' AND next_retry_at IS NOT NULL))"""
-# --- end of the scheduling vocabulary
+
+# Also the unique constraint todo_runnable_idempotency_key's condition (todos/models.py); ON CONFLICT
+# must repeat it for PostgreSQL to pick that partial index as the arbiter.
+_RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors, run_at, priority"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
-# Todos from them and bench/queue_throughput.py reads them by position.
+# Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
 
 # The caller holds the current receipt. A receipt stays current until the todo is claimed again
@@ -55,19 +54,22 @@ _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
 
 # Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
-# their own statement (no extra round trip); todos/listen.py wakes the long-polling claims of that
-# queue. A NOTIFY is delivered when the transaction commits, so a woken claimer sees the row, and
-# PostgreSQL folds identical (channel, payload) pairs of one transaction into one.
+# their own statement (no extra round trip); todos/waiting.py wakes that many long-polling claims of
+# that queue (a statement that changed n > 1 rows of a queue says "<queue> <n>"). A NOTIFY is
+# delivered when the transaction commits, so a woken claimer sees the row, and PostgreSQL
+# folds identical (channel, payload) pairs of one transaction into one.
 NOTIFY_CHANNEL = "switchboard_todos"
 
 
 def _notifying(changed: str, when: str = "true") -> str:
     """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
-    notifies each distinct queue of the rows that satisfy ``when``; it returns the same rows."""
+    notifies each distinct queue of the rows that satisfy ``when``, with their count when more than
+    one; it returns the same rows."""
     return f"""
 WITH changed AS ({changed}),
 notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM changed WHERE {when}) q
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
@@ -75,13 +77,10 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 
 # create: -> pending, or -> scheduled when run_at is in the future. A row comes back only if it was
 # inserted; none means a runnable todo with the same (queue, idempotency_key) exists (read it with
-# RUNNABLE_BY_KEY). The queue's name is registered in the same statement, so a claimer can never see the
-# todo before it can see its queue. Guard: the runnable-key arbiter; no lock beyond the insert's own.
+# RUNNABLE_BY_KEY). The queue's name is registered by the todo table's trigger (migration 0009), in the
+# same statement, whatever path writes the row.
 CREATE = f"""
-WITH registered AS (
-    INSERT INTO todos_queue (name, created_at) VALUES (%(queue)s, now()) ON CONFLICT (name) DO NOTHING
-),
-inserted AS (
+WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
@@ -91,7 +90,7 @@ RETURNING {_TODO_COLUMNS}
 ),
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
-    WHERE state = 'pending' OR run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS})
+    WHERE {S.PENDING.sql()} OR run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS})
 )
 SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
@@ -104,13 +103,9 @@ WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
 # todo whose run_at has come. The assignee, if any, must be the claimer.
-_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND (
-    t.state = 'pending'
-    OR (t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts)
-    OR (t.state = 'failed' AND t.next_retry_at <= now())
-    OR ({SCHEDULED_DUE}))"""
+_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}"""
 
-_CLAIM_SET = """
+_CLAIM_SET = f"""
     state = 'claimed',
     attempt = t.attempt + 1,
     owner = %(owner)s,
@@ -121,7 +116,7 @@ _CLAIM_SET = """
     next_retry_at = NULL,
     -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
     -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
-    errors = CASE WHEN t.state = 'claimed' THEN t.errors || jsonb_build_array(jsonb_build_object(
+    errors = CASE WHEN {S.CLAIMED.sql("t")} THEN t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
         ELSE t.errors END"""
 
@@ -152,7 +147,7 @@ WITH queues AS (
 pending AS MATERIALIZED (
     SELECT p.id, p.priority, p.run_at FROM queues CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at FROM todos_todo t
-        WHERE t.state = 'pending' AND t.queue = queues.name
+        WHERE {S.PENDING.sql("t")} AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
@@ -166,7 +161,7 @@ pending AS MATERIALIZED (
 scheduled AS MATERIALIZED (
     SELECT s.id, s.priority, s.run_at FROM queues CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at FROM todos_todo t
-        WHERE {SCHEDULED_DUE} AND t.queue = queues.name
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         ORDER BY t.run_at
         LIMIT %(limit)s
@@ -175,7 +170,7 @@ scheduled AS MATERIALIZED (
 ),
 lapsed AS MATERIALIZED (
     SELECT t.id, t.priority, t.run_at FROM todos_todo t
-    WHERE t.state = 'claimed' AND t.lease_expires_at < now() AND t.attempt < t.max_attempts
+    WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
     LIMIT %(limit)s
@@ -183,7 +178,7 @@ lapsed AS MATERIALIZED (
 ),
 due AS MATERIALIZED (
     SELECT t.id, t.priority, t.run_at FROM todos_todo t
-    WHERE t.state = 'failed' AND t.next_retry_at IS NOT NULL AND t.next_retry_at <= now()
+    WHERE {S.RETRY_DUE.sql("t")}
       AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
     LIMIT %(limit)s
@@ -220,9 +215,13 @@ UPDATE todos_todo SET
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
+WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
 RETURNING {_TODO_COLUMNS}
 """
+
+# The states a receipt's holder may finish from: all but done. A todo the reaper requeued (pending) or
+# dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
+_UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
 # complete: -> done.
 COMPLETE = f"""
@@ -234,7 +233,7 @@ UPDATE todos_todo SET
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -250,7 +249,7 @@ UPDATE todos_todo t SET
     next_retry_at = NULL
 FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS items(id, lease_id, result)
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
-  AND t.queue LIKE ANY(%(visible)s::text[]) AND t.state IN ('claimed', 'pending', 'failed')
+  AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
 
@@ -264,7 +263,7 @@ UPDATE todos_todo t SET
     state = 'failed',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', %(error)s::text)),
-    next_retry_at = CASE WHEN t.attempt < t.max_attempts THEN now() + make_interval(secs => COALESCE(
+    next_retry_at = CASE WHEN {S.BELOW_CAP.sql("t")} THEN now() + make_interval(secs => COALESCE(
         %(retry_in)s::double precision,
         random() * LEAST(%(backoff_cap)s::double precision,
                          %(backoff_base)s::double precision * power(2, GREATEST(t.attempt, 1) - 1))))
@@ -272,11 +271,15 @@ UPDATE todos_todo t SET
     lease_id = NULL,
     lease_expires_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND t.state IN ('claimed', 'pending', 'failed')
+WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    when="next_retry_at <= now()",
+    when=S.RETRY_DUE.sql(),
 )
+
+# Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
+# every other transition (release, lapse, fail, complete, operator steps), so a released and a lapsed
+# todo look alike. Only the receipt (lease_id) says whether a claim is still held.
 
 # release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
 # a dead-letter: handing back a lease the reaper dead-lettered at its cap would make it claimable again.
@@ -285,12 +288,11 @@ RELEASE = _notifying(f"""
 UPDATE todos_todo SET
     state = 'pending',
     attempt = GREATEST(attempt - 1, 0),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND state IN ('claimed', 'pending')
+WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
 RETURNING {_TODO_COLUMNS}
 """)
 
@@ -304,12 +306,11 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry',
         'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = %(id)s AND t.state = 'failed' AND t.next_retry_at IS NULL AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = %(id)s AND {S.DEAD_LETTER.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """)
 
@@ -320,13 +321,13 @@ REQUEUE_LAPSED = _notifying(
     f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
-    WHERE state = 'claimed' AND lease_expires_at < now()
+    WHERE {S.LEASE_LAPSED.sql()}
     ORDER BY lease_expires_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE todos_todo t SET
-    state = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END,
+    state = CASE WHEN {S.BELOW_CAP.sql("t")} THEN 'pending' ELSE 'failed' END,
     errors = t.errors || {_LEASE_EXPIRED_ERROR},
     next_retry_at = NULL,
     updated_at = now()
@@ -334,15 +335,15 @@ FROM lapsed
 WHERE t.id = lapsed.id
 RETURNING t.id, t.queue, t.state
 """,
-    when="state = 'pending'",
+    when=S.PENDING.sql(),
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
 # (a waiting claimer may already have woken at the due time; the notify covers waiters that started later).
-PROMOTE_DUE_RETRIES = _notifying("""
+PROMOTE_DUE_RETRIES = _notifying(f"""
 WITH due AS MATERIALIZED (
     SELECT id FROM todos_todo
-    WHERE state = 'failed' AND next_retry_at IS NOT NULL AND next_retry_at <= now()
+    WHERE {S.RETRY_DUE.sql()}
     ORDER BY next_retry_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -362,7 +363,7 @@ PROMOTE_DUE_SCHEDULED = _notifying(f"""
 WITH due AS MATERIALIZED (
     SELECT d.id FROM todos_queue q CROSS JOIN LATERAL (
         SELECT t.id, t.run_at FROM todos_todo t
-        WHERE {SCHEDULED_DUE} AND t.queue = q.name
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = q.name
         ORDER BY t.run_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
@@ -376,8 +377,8 @@ RETURNING t.id, t.queue
 """)
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
-CURRENT_STATE = """
-SELECT state, next_retry_at IS NULL AS no_retry, lease_id, split_part(owner, '/', 1) AS owner_agent
+CURRENT_STATE = f"""
+SELECT state, {S.DEAD_LETTER.sql()} AS dead_letter, lease_id, split_part(owner, '/', 1) AS owner_agent
 FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
 """
 
@@ -398,7 +399,7 @@ UPDATE todos_todo t SET
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry now', 'operator', %(operator)s::text)),
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'failed' AND t.next_retry_at IS NOT NULL
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.RETRY_WAITING.sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
@@ -413,12 +414,11 @@ UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
     completed_at = now(),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'scheduled', 'failed')
+WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
@@ -433,12 +433,11 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator force-release',
         'operator', %(operator)s::text, 'owner', t.owner)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'claimed' AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.CLAIMED.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 )
@@ -457,7 +456,7 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator run now', 'operator', %(operator)s::text)),
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'scheduled' AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.SCHEDULED.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 )
@@ -467,6 +466,154 @@ RETURNING {_TODO_COLUMNS}
 # rows updated. Not recorded in errors (the admin's log records it); no notify: nothing new is claimable.
 SET_PRIORITY = f"""
 UPDATE todos_todo t SET priority = %(priority)s, updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'scheduled') AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.PRIORITY_CHANGEABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
+"""
+
+
+# --- Reads -----------------------------------------------------------------------------------------
+
+# queue_stats (todos/selectors.py; feeds GET /api/v1/queues/, the admin dashboard and /metrics): per
+# queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
+# aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
+# index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
+# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
+# todo_dead_letters, scheduled from todo_scheduled_due. Done todos are history and are not counted: that
+# would scan it. Measured at 1M rows in docs/benchmarks.md ("## operations").
+QUEUE_STATS = f"""
+WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
+pending AS (
+    SELECT queue, count(*) AS n, min(run_at) AS oldest FROM todos_todo
+    WHERE {S.PENDING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+claimed AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.CLAIMED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+retrying AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.RETRY_WAITING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+dead AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.DEAD_LETTER.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+scheduled AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.SCHEDULED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+)
+SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
+    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0)
+FROM q
+LEFT JOIN pending ON pending.queue = q.name
+LEFT JOIN claimed ON claimed.queue = q.name
+LEFT JOIN retrying ON retrying.queue = q.name
+LEFT JOIN dead ON dead.queue = q.name
+LEFT JOIN scheduled ON scheduled.queue = q.name
+ORDER BY q.name
+"""
+
+# seconds_until_claimable (the long-poll, todos/waiting.py): seconds (by the database's clock) until the
+# earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
+# scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
+# when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
+# CLAIM_NEXT. The scheduled branch is one descent of todo_scheduled_due per queue (its first entry is that
+# queue's earliest run_at), so a million todos scheduled for later cost it nothing; an assignee filter
+# may walk past the other agents' rows.
+SECONDS_UNTIL_CLAIMABLE = f"""
+WITH queues AS (
+    SELECT name FROM todos_queue
+    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
+)
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT min(t.lease_expires_at) FROM todos_todo t
+     WHERE {(S.CLAIMED & S.BELOW_CAP).sql("t")} AND t.queue IN (SELECT name FROM queues)
+       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(t.next_retry_at) FROM todos_todo t
+     WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
+       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at LIMIT 1
+    ) s)
+) - now())::double precision
+"""
+
+# The dashboard's completions and failures per queue and minute over the last %(minutes)s minutes
+# (todos/dashboard.py): range scans of todo_done_recent and todo_failed_recent.
+PER_MINUTE = f"""
+SELECT queue, 'done' AS what, date_trunc('minute', completed_at) AS minute, count(*) FROM todos_todo
+WHERE {S.DONE.sql()} AND completed_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+GROUP BY 1, 3
+UNION ALL
+SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM todos_todo
+WHERE {S.FAILED.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+GROUP BY 1, 3
+"""
+
+# --- Retention (todos/retention.py) ----------------------------------------------------------------
+# Deleting finished rows is not a transition. Every batch is one short statement that locks at most
+# %(batch)s rows with SKIP LOCKED: it never waits for, or holds up, a claim, an operator or another purge.
+
+_DONE_PURGEABLE = f"{S.DONE.sql('t')} AND t.completed_at < now() - make_interval(secs => %(done_age)s)"
+_DEAD_PURGEABLE = f"{S.DEAD_LETTER.sql('t')} AND t.updated_at < now() - make_interval(secs => %(dead_age)s)"
+
+# Done todos past the window, oldest first: a range scan of todo_done_recent.
+PURGE_DONE = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT t.id FROM todos_todo t
+    WHERE {_DONE_PURGEABLE}
+    ORDER BY t.completed_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
+"""
+
+# Dead-letters past the window: a range scan of todo_failed_recent (retry-waiting rows are filtered
+# out). The lock re-checks the row, so one an operator retried a moment ago (no longer dead) is left alone.
+PURGE_DEAD = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT t.id FROM todos_todo t
+    WHERE {_DEAD_PURGEABLE}
+    ORDER BY t.updated_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
+"""
+
+# Events are walked in (received_at, id) order a page at a time, so those that still have todos are
+# read once per purge, not once per batch. A page's events without todos are deleted; the NOT EXISTS
+# uses the index on todos_todo.event_id. A todo inserted for the event concurrently (a replay) either
+# holds a key-share lock on it (SKIP LOCKED passes over the event) or fails its foreign-key check at
+# commit: an event is never deleted from under a todo.
+EVENT_PAGE = """
+SELECT e.id, e.received_at FROM events_event e
+WHERE e.received_at < now() - make_interval(secs => %(done_age)s)
+  AND (e.received_at, e.id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY e.received_at, e.id
+LIMIT %(batch)s
+"""
+
+PURGE_EVENTS = """
+WITH doomed AS MATERIALIZED (
+    SELECT e.id FROM events_event e
+    WHERE e.id = ANY(%(ids)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM todos_todo t WHERE t.event_id = e.id)
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM events_event e USING doomed WHERE e.id = doomed.id
+"""
+
+# --dry-run: what a purge would delete now, events counted as if the todos had gone first.
+COUNT_PURGEABLE = f"""
+SELECT
+    (SELECT count(*) FROM todos_todo t WHERE {_DONE_PURGEABLE}),
+    (SELECT count(*) FROM todos_todo t WHERE {_DEAD_PURGEABLE}),
+    (SELECT count(*) FROM events_event e
+     WHERE e.received_at < now() - make_interval(secs => %(done_age)s)
+       AND NOT EXISTS (SELECT 1 FROM todos_todo t
+                       WHERE t.event_id = e.id AND NOT ({_DONE_PURGEABLE}) AND NOT ({_DEAD_PURGEABLE})))
 """

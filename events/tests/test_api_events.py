@@ -119,7 +119,7 @@ def test_replay_event_returns_runnable_todos_and_creates_nothing(client, world, 
 def test_replay_event_gives_a_done_todo_a_fresh_one(client, world, make_agent):
     agent = make_agent("all")
     done = Todo.objects.get(event=world["pr"], queue="github.prs")
-    Todo.objects.filter(pk=done.pk).update(state=TodoState.DONE)
+    Todo.objects.filter(pk=done.pk).update(state=TodoState.DONE, completed_at=Now())
     data = client.post(f"/api/v1/events/{world['pr'].id}/replay/", headers=bearer(agent)).json()
     [fresh_id] = data["created_todo_ids"]
     fresh = Todo.objects.get(pk=fresh_id)
@@ -130,7 +130,7 @@ def test_replay_event_gives_a_done_todo_a_fresh_one(client, world, make_agent):
 
 def test_replay_event_by_an_agent_creates_only_in_its_create_scopes(client, world, make_agent):
     agent = make_agent("gh-bot", claim=["github.*"], create=["github.*"])
-    Todo.objects.filter(event=world["pr"]).update(state=TodoState.DONE)
+    Todo.objects.filter(event=world["pr"]).update(state=TodoState.DONE, completed_at=Now())
     data = client.post(f"/api/v1/events/{world['pr'].id}/replay/", headers=bearer(agent)).json()
     assert [Todo.objects.get(pk=i).queue for i in data["created_todo_ids"]] == ["github.prs"]
 

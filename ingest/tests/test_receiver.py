@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 import pytest
 import standardwebhooks
 import stripe
+from django.db.models.functions import Now
 
 from events.models import Event
 from ingest.tests.conftest import (
@@ -153,7 +154,7 @@ def test_receive_redelivery_is_200_duplicate_and_creates_nothing(github_source, 
     headers = github_headers(body, delivery="same")
     first = post_webhook("gh", body, headers).json()
     # Even after the todo is done (its key freed), a redelivery makes nothing new.
-    Todo.objects.update(state=TodoState.DONE)
+    Todo.objects.update(state=TodoState.DONE, completed_at=Now())
     again = post_webhook("gh", body, headers)
     assert again.status_code == 200
     assert again.json() == {"event_id": first["event_id"], "todo_ids": first["todo_ids"], "duplicate": True}

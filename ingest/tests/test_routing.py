@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db.models.functions import Now
 
 from events.models import Event
 from ingest import routing
@@ -98,7 +99,10 @@ def test_replay_returns_runnable_todos_instead_of_duplicating_them(make_source, 
     assert Todo.objects.count() == 1
 
 
-@pytest.mark.parametrize("finished", [{"state": TodoState.DONE}, {"state": TodoState.FAILED, "next_retry_at": None}])
+@pytest.mark.parametrize(
+    "finished",
+    [{"state": TodoState.DONE, "completed_at": Now()}, {"state": TodoState.FAILED, "next_retry_at": None}],
+)
 def test_replay_makes_a_fresh_todo_for_a_done_or_dead_one(make_source, make_route, finished):
     make_route(make_source(), "*", "q")
     event = _event()

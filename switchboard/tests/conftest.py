@@ -33,4 +33,4 @@ def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subproces
 @pytest.fixture(autouse=True)
 def _fresh_queue_gauges() -> None:
     # The gauges are cached per process for a few seconds; each test reads the database anew.
-    metrics.queue_state_collector().clear()
+    metrics.clear_scrape_caches()

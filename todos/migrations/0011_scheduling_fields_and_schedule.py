@@ -16,7 +16,7 @@ import todos.models
 class Migration(migrations.Migration):
     dependencies = [
         ("events", "0002_event_type_recent"),
-        ("todos", "0007_pending_scan_nulls_first"),
+        ("todos", "0010_todo_title_trgm"),
     ]
 
     operations = [

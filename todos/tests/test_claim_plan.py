@@ -37,9 +37,9 @@ def test_claim_next_reads_the_pending_index_when_the_backlog_dwarfs_the_history(
         cursor.execute(
             """
             INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-                                    created_at, updated_at)
+                                    created_at, updated_at, completed_at)
             SELECT 'td_' || i, 'bench', '', '', '', '{}', CASE WHEN i <= 2000 THEN 'done' ELSE 'pending' END,
-                   0, 5, '[]', now() - make_interval(secs => 100000 - i), now()
+                   0, 5, '[]', now() - make_interval(secs => 100000 - i), now(), CASE WHEN i <= 2000 THEN now() END
             FROM generate_series(1, 42000) i
             """
         )

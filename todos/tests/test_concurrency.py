@@ -171,7 +171,10 @@ def test_requeue_lapsed_by_two_reapers_over_5000_lapsed_leases_handles_each_once
 
 def test_reap_once_by_two_reapers_with_due_retries_handles_each_once():
     seed(
-        "reap", 1500, state_sql="state = 'claimed', owner = 'x', attempt = 1, lease_expires_at = now() - interval '1s'"
+        "reap",
+        1500,
+        state_sql="state = 'claimed', owner = 'x', lease_id = 'ls_x', attempt = 1,"
+        " lease_expires_at = now() - interval '1s'",
     )
     seed("reap", 1500, state_sql="state = 'failed', attempt = 1, next_retry_at = now() - interval '1s'")
     results = run_together([lambda: queue.reap_once(batch=50), lambda: queue.reap_once(batch=50)])

@@ -11,8 +11,8 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from todos import queue, sql
-from todos.listen import listener
 from todos.models import Todo, TodoState
+from todos.waiting import listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,20 +69,29 @@ def test_operator_retry_notifies(heard, agent):
     assert heard() == ["q4"]
 
 
-def test_reaper_notifies_requeued_queues_once_each_but_not_dead_letters(heard, agent):
+def test_reaper_notifies_requeued_queues_once_each_with_their_count_but_not_dead_letters(heard, agent):
     for name in ("a", "a", "b"):
         todo, _ = queue.create(queue=name)
         Todo.objects.filter(pk=todo.pk).update(
-            state=TodoState.CLAIMED, attempt=1, lease_expires_at=Now() - timedelta(seconds=1)
+            state=TodoState.CLAIMED,
+            attempt=1,
+            owner="w",
+            lease_id="ls_a",
+            lease_expires_at=Now() - timedelta(seconds=1),
         )
     dead, _ = queue.create(queue="c")
     Todo.objects.filter(pk=dead.pk).update(
-        state=TodoState.CLAIMED, attempt=5, max_attempts=5, lease_expires_at=Now() - timedelta(seconds=1)
+        state=TodoState.CLAIMED,
+        attempt=5,
+        max_attempts=5,
+        owner="w",
+        lease_id="ls_c",
+        lease_expires_at=Now() - timedelta(seconds=1),
     )
     heard()
     result = queue.requeue_lapsed(batch=10)
     assert (result.requeued, result.dead_lettered) == (3, 1)
-    assert sorted(heard()) == ["a", "b"]
+    assert sorted(heard()) == ["a 2", "b"]  # two rows in a: two waiters may wake
 
 
 def test_promoting_due_retries_notifies(heard, agent):

@@ -8,10 +8,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from asgiref.sync import async_to_sync
+from django.db import connection, connections
 from django.db.models.functions import Now
 
-from todos import listen, queue
+from todos import queue, waiting
 from todos.errors import InvalidTransitionInput, TodoConflict
 from todos.models import MAX_DELAY_SECONDS, Todo, TodoState
 
@@ -227,8 +228,8 @@ def test_a_long_poll_wakes_when_a_todo_scheduled_during_the_wait_comes_due(make_
     started = time.monotonic()
     waiter = threading.Thread(
         target=lambda: (
-            got.append(listen.claim_next_waiting(agent=agent, queues=["q"], wait_seconds=15)),
-            connection.close(),
+            got.append(async_to_sync(waiting.claim_next_waiting)(agent=agent, queues=["q"], wait_seconds=15)),
+            connections.close_all(),
         )
     )
     waiter.start()

@@ -17,9 +17,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection
 
-from switchboard import metrics
 from switchboard.logs import log_event
-from todos import queue, retention, schedules
+from todos import metrics, queue, retention, schedules
 
 logger = logging.getLogger("switchboard.reaper")
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ingest', '0001_initial'),
+        ('ingest', '0003_provider_choices_from_registry'),
     ]
 
     operations = [

@@ -1,0 +1,271 @@
+"""The queue's vocabulary: each stored state and each state derived from a todo's columns, defined once.
+
+Every condition comes in the three forms the code needs, built from the same pieces so that they cannot
+drift apart (todos/tests/test_states.py checks them against a table holding every shape):
+
+* ``sql(alias)``  a WHERE fragment for the hand-written statements of todos/sql.py (``alias`` prefixes
+                  each column, e.g. ``sql("t")``); times compare with the database's now() (SPEC
+                  decision 7)
+* ``q``           a Django ``Q`` for the ORM, the admin's filters, and the partial indexes and
+                  constraints of todos/models.py
+* ``holds(todo)`` a predicate on a ``Todo`` instance (``now`` defaults to the application's clock)
+
+Adding a state: a ``TodoState`` member, its condition below, its entry in ``SHAPES`` (the CHECK
+constraint todos/models.py builds from it), and a migration; a derived state is one more condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+
+class TodoState(models.TextChoices):
+    # Entered by create, release, a lapsed lease below the cap (reaper), a due retry (retry scheduler),
+    # operator retry, retry now and force-release. Left by claim, a heartbeat with the current receipt
+    # (the lapsed lease was not re-claimed yet) and discard. After a lapse it keeps the lapsed receipt.
+    PENDING = "pending", "pending"
+    # Entered by claim (also of a lapsed lease or a due retry). Left by complete, fail, release,
+    # force-release, or the lease lapsing (the reaper). Always holds a lease: owner, lease_id, expiry.
+    CLAIMED = "claimed", "claimed"
+    # Terminal. Entered by complete (or an operator's discard); completed_at is set, the lease gone.
+    DONE = "done", "done"
+    # Entered by fail and by a lapsed lease at the cap. With next_retry_at set it is retry-waiting
+    # (left by the retry scheduler, a claim once due, retry now or discard); with next_retry_at null it
+    # is a dead-letter, left only by operator retry or discard.
+    FAILED = "failed", "failed"
+    # Entered by create with a future run_at (or a delay). Left by a claim once run_at has passed (the
+    # claim scan sees due ones at once), by the reaper's promotion to pending, or by an operator's run now
+    # (or discard). Holds no lease.
+    SCHEDULED = "scheduled", "scheduled"
+
+
+class Todo(Protocol):
+    """The columns the predicates read: a todos.models.Todo (not imported: models.py builds its indexes
+    and constraints from this module)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def next_retry_at(self) -> datetime | None: ...
+    @property
+    def lease_expires_at(self) -> datetime | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+
+
+Predicate = Callable[[Todo, datetime], bool]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition on a todo's columns, in SQL, as a Q, and as a predicate."""
+
+    template: str  # SQL with ``{t}`` where the table alias (and its dot) goes
+    q: Q
+    test: Predicate
+    label: str = ""
+    states: tuple[str, ...] = ()  # set for a plain test of the state column: lets ``|`` make one IN
+
+    def sql(self, alias: str = "") -> str:
+        return self.template.format(t=f"{alias}." if alias else "")
+
+    def holds(self, todo: Todo, now: datetime | None = None) -> bool:
+        return self.test(todo, now or timezone.now())
+
+    def named(self, label: str) -> Condition:
+        return Condition(self.template, self.q, self.test, label, self.states)
+
+    def __and__(self, other: Condition) -> Condition:
+        a, b = self.test, other.test
+        return Condition(
+            f"{self.template} AND {other.template}", _and(self.q, other.q), lambda t, n: a(t, n) and b(t, n)
+        )
+
+    def __or__(self, other: Condition) -> Condition:
+        if self.states and other.states:
+            return state_in(*self.states, *other.states)
+        a, b = self.test, other.test
+        # Parenthesised, so that a disjunction composes safely under a later AND.
+        return Condition(f"({_term(self)} OR {_term(other)})", self.q | other.q, lambda t, n: a(t, n) or b(t, n))
+
+
+def _term(c: Condition) -> str:
+    return c.template if c.states or c.template.startswith("(") else f"({c.template})"
+
+
+def _and(a: Q, b: Q) -> Q:
+    # Two plain conjunctions merge into one Q(**kwargs), whose children Django sorts: the same Q that
+    # the partial indexes of migrations 0001-0007 were written with, so no index is rebuilt.
+    if _plain(a) and _plain(b):
+        return Q(**dict(a.children), **dict(b.children))  # type: ignore[arg-type]
+    return a & b
+
+
+def _plain(q: Q) -> bool:
+    return q.connector == Q.AND and not q.negated and all(isinstance(c, tuple) for c in q.children)
+
+
+def state_in(*states: str) -> Condition:
+    """The state column is one of ``states``: the guard of a transition that several states may take."""
+    values = tuple(dict.fromkeys(str(s) for s in states))
+    if len(values) == 1:
+        return Condition(
+            f"{{t}}state = '{values[0]}'", Q(state=values[0]), lambda t, _: t.state == values[0], "", values
+        )
+    listed = ", ".join(f"'{v}'" for v in values)
+    return Condition(f"{{t}}state IN ({listed})", Q(state__in=list(values)), lambda t, _: t.state in values, "", values)
+
+
+# --- Stored states -------------------------------------------------------------------------------
+
+PENDING = state_in(TodoState.PENDING).named("pending")
+CLAIMED = state_in(TodoState.CLAIMED).named("claimed")
+DONE = state_in(TodoState.DONE).named("done")
+FAILED = state_in(TodoState.FAILED).named("failed")
+SCHEDULED = state_in(TodoState.SCHEDULED).named("scheduled")
+
+# --- The column tests the derived states are made of -----------------------------------------------
+
+RETRY_SCHEDULED = Condition(
+    "{t}next_retry_at IS NOT NULL", Q(next_retry_at__isnull=False), lambda t, _: t.next_retry_at is not None
+)
+NO_RETRY = Condition("{t}next_retry_at IS NULL", Q(next_retry_at__isnull=True), lambda t, _: t.next_retry_at is None)
+RETRY_TIME_REACHED = Condition(
+    "{t}next_retry_at <= now()",
+    Q(next_retry_at__lte=Now()),
+    lambda t, now: t.next_retry_at is not None and t.next_retry_at <= now,
+)
+LEASE_EXPIRED = Condition(
+    "{t}lease_expires_at < now()",
+    Q(lease_expires_at__lt=Now()),
+    lambda t, now: t.lease_expires_at is not None and t.lease_expires_at < now,
+)
+RUN_TIME_REACHED = Condition(
+    "{t}run_at <= now()", Q(run_at__lte=Now()), lambda t, now: t.run_at is not None and t.run_at <= now
+)
+BELOW_CAP = Condition(
+    "{t}attempt < {t}max_attempts", Q(attempt__lt=F("max_attempts")), lambda t, _: t.attempt < t.max_attempts
+)
+
+# --- Derived states --------------------------------------------------------------------------------
+
+# A claim whose lease ran out (the reaper's and the admin's "lease lapsed"). Its receipt stays valid
+# until someone else claims it (SPEC decision 2).
+LEASE_LAPSED = (CLAIMED & LEASE_EXPIRED).named("lease lapsed")
+# A lapsed lease that a claim may take over: one at its cap is never handed out again (SPEC decision 1).
+RECLAIMABLE = (LEASE_LAPSED & BELOW_CAP).named("reclaimable")
+# Failed below the cap: a retry is scheduled at next_retry_at.
+RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
+# Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due.
+RETRY_DUE = (RETRY_WAITING & RETRY_TIME_REACHED).named("retry due")
+# Failed with no retry scheduled: only an operator brings it back (SPEC decision 4).
+DEAD_LETTER = (FAILED & NO_RETRY).named("dead-letter")
+# Scheduled and due: claimable by the claim scan at once (like a lapsed lease, SPEC decision 1), promoted
+# to pending by the reaper. Served by todo_scheduled_due (queue, run_at) WHERE state = 'scheduled'.
+SCHEDULED_DUE = (SCHEDULED & RUN_TIME_REACHED).named("scheduled due")
+# What a claim may take (besides the assignee rule): pending, a reclaimable lapsed lease, a due retry,
+# a scheduled todo whose run_at has come.
+CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE | SCHEDULED_DUE).named("claimable")
+# The todos that can still run: they hold their idempotency key (SPEC decision 3); done and
+# dead-lettered todos free it. Also the unique constraint's predicate, which sql.CREATE's ON CONFLICT
+# must repeat for PostgreSQL to use that partial index as the arbiter.
+RUNNABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("runnable")
+# Operators may change the priority of, or run now, only what has not started.
+PRIORITY_CHANGEABLE = (PENDING | SCHEDULED).named("priority changeable")
+
+# --- Scheduling's other vocabulary (issue 12) --------------------------------------------------------
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100  # lower runs first (Graphile Worker's convention)
+MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
+# Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at: creation time
+# unless scheduled). created_at would do for time only while nothing is scheduled.
+CLAIM_ORDER = ("priority", "run_at")
+
+
+def claim_order_sql(alias: str = "") -> str:
+    """CLAIM_ORDER as an ORDER BY list for todos/sql.py (``alias`` prefixes each column)."""
+    return ", ".join(f"{alias}.{c}" if alias else c for c in CLAIM_ORDER)
+
+
+# Every named condition, for the agreement test.
+ALL: tuple[Condition, ...] = (
+    PENDING,
+    CLAIMED,
+    DONE,
+    FAILED,
+    LEASE_LAPSED,
+    RECLAIMABLE,
+    RETRY_WAITING,
+    RETRY_DUE,
+    DEAD_LETTER,
+    SCHEDULED,
+    SCHEDULED_DUE,
+    CLAIMABLE,
+    RUNNABLE,
+    PRIORITY_CHANGEABLE,
+)
+
+# What the admin shows for a todo: each todo is exactly one of these.
+DISPLAYED: tuple[Condition, ...] = (PENDING, SCHEDULED, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER)
+
+
+def label(todo: Todo) -> str:
+    """The state as the admin shows it: failed reads as retry-waiting or dead-letter."""
+    return label_of(todo.state, dead_letter=DEAD_LETTER.holds(todo))
+
+
+def label_of(state: str, *, dead_letter: bool) -> str:
+    """``label`` for when only the state and whether it is a dead-letter are known (a TodoConflict)."""
+    if state == TodoState.FAILED:
+        return DEAD_LETTER.label if dead_letter else RETRY_WAITING.label
+    return state
+
+
+# --- Shapes: what each stored state implies about the other columns ---------------------------------
+# Derived from the transitions of todos/sql.py; todos/models.py turns each into a CHECK constraint, so
+# a write by any path (ORM, raw SQL, a data migration) that breaks one fails instead of confusing the
+# queue. The lease's three columns move together except that fail, complete and the reaper keep the
+# owner for the record, and the reaper keeps a lapsed receipt (on pending or, at the cap, a dead-letter)
+# so that the slow worker that holds it may still finish (SPEC decision 2).
+
+_LEASE_HELD = Q(owner__isnull=False, lease_id__isnull=False, lease_expires_at__isnull=False)
+_NO_LEASE = Q(lease_id__isnull=True, lease_expires_at__isnull=True)
+_UNFINISHED = Q(completed_at__isnull=True)
+
+SHAPES: dict[str, Q] = {
+    TodoState.PENDING: NO_RETRY.q & _UNFINISHED,
+    TodoState.CLAIMED: _LEASE_HELD & NO_RETRY.q & _UNFINISHED,
+    TodoState.DONE: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
+    TodoState.FAILED: _UNFINISHED & (NO_RETRY.q | _NO_LEASE),
+    # Waiting for its run_at: never claimed since it was created (no owner, no lease), nothing to retry.
+    TodoState.SCHEDULED: Q(owner__isnull=True, run_at__isnull=False) & _NO_LEASE & NO_RETRY.q & _UNFINISHED,
+}
+
+# Whatever the state: lease_id and lease_expires_at are set and cleared together, and a receipt names
+# its owner.
+LEASE_COHERENT = (_NO_LEASE | Q(lease_id__isnull=False, lease_expires_at__isnull=False)) & (
+    Q(lease_id__isnull=True) | Q(owner__isnull=False)
+)
+
+
+def shape_constraints() -> list[Any]:
+    """The CHECK constraints of todos/models.py: the state's values, each state's shape, the lease."""
+    checks = [models.CheckConstraint(condition=Q(state__in=TodoState.values), name="todo_state_valid")]
+    checks += [
+        models.CheckConstraint(condition=~state_in(state).q | shape, name=f"todo_{state}_shape")
+        for state, shape in SHAPES.items()
+    ]
+    checks.append(models.CheckConstraint(condition=LEASE_COHERENT, name="todo_lease_coherent"))
+    return checks

@@ -1,0 +1,65 @@
+"""Every door of todos/queue.py is counted in switchboard_todo_transitions_total, the operator's batch
+doors included: an admin batch action moves the counter once per todo."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from django.urls import reverse
+from prometheus_client import REGISTRY
+
+from todos import queue
+from todos.models import Todo, TodoState
+
+
+def _count(verb: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("switchboard_todo_transitions_total", {"verb": verb, "outcome": outcome}) or 0.0
+
+
+def test_an_admin_batch_discard_counts_each_todo_it_moves_and_each_it_skips(admin_client, make_todo):
+    pending = [make_todo("q") for _ in range(3)]
+    claimed = make_todo("q", state=TodoState.CLAIMED)
+    ok, skipped = _count("discard", "ok"), _count("discard", "skipped")
+    response = admin_client.post(
+        reverse("admin:todos_todo_changelist"),
+        {
+            "action": "discard",
+            "_selected_action": [t.pk for t in [*pending, claimed]],
+            "index": 0,
+            "select_across": 0,
+            "confirm": "yes",
+        },
+    )
+    assert response.status_code in (200, 302)
+    assert Todo.objects.filter(state=TodoState.DONE).count() == 3
+    assert _count("discard", "ok") - ok == 3
+    assert _count("discard", "skipped") - skipped == 1
+
+
+@pytest.mark.parametrize(
+    ("door", "verb", "state", "extra"),
+    [
+        (queue.force_release_many, "force_release", TodoState.CLAIMED, {}),
+        (queue.retry_now_many, "retry_now", TodoState.FAILED, {"next_retry_at_hours": 1}),
+        (queue.retry_dead_letter_many, "retry_dead_letter", TodoState.FAILED, {"mode": "reset"}),
+    ],
+)
+def test_each_operator_batch_door_counts_once_per_todo_it_moves(make_todo, door, verb, state, extra):
+    hours = extra.pop("next_retry_at_hours", None)
+    fields = {"state": state, "attempt": 5, "max_attempts": 5}
+    if hours is not None:
+        fields["next_retry_at"] = Now() + timedelta(hours=hours)
+    todos = [make_todo("q", **fields) for _ in range(2)]
+    before = _count(verb, "ok")
+    moved = door([t.pk for t in todos], operator="ops", **extra)
+    assert len(moved) == 2
+    assert _count(verb, "ok") - before == 2
+
+
+def test_a_single_operator_door_counts_once_not_twice(make_todo):
+    todo = make_todo("q")
+    before = _count("discard", "ok")
+    queue.discard(todo.pk, operator="ops")
+    assert _count("discard", "ok") - before == 1
