@@ -27,6 +27,7 @@ class QueueStats:
     oldest_pending: datetime | None
     # By the database's clock (SPEC decision 7); None when nothing is pending.
     oldest_pending_age_seconds: float | None
+    scheduled: int = 0
 
     @property
     def failed(self) -> int:
@@ -34,7 +35,7 @@ class QueueStats:
 
     @property
     def unfinished(self) -> int:
-        return self.pending + self.claimed + self.failed
+        return self.pending + self.claimed + self.failed + self.scheduled
 
 
 def queue_stats(agent: Agent | None = None) -> list[QueueStats]:

@@ -17,5 +17,7 @@ urlpatterns = [
     path("todos/<str:todo_id>/fail/", views.TodoFailApi.as_view(), name="todo-fail"),
     path("todos/<str:todo_id>/release/", views.TodoReleaseApi.as_view(), name="todo-release"),
     path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
+    path("todos/<str:todo_id>/run-now/", views.TodoRunNowApi.as_view(), name="todo-run-now"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
+    path("schedules/", views.ScheduleListApi.as_view(), name="schedule-list"),
 ]
