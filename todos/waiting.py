@@ -545,6 +545,10 @@ async def claim_next_waiting(
                     listener._wake(key)
                 return todos
             waiter.awake = False
+            if any(isinstance(source, str) for source in used):
+                # A NOTIFY woke it and its claim found nothing: the queue changed in a way that may move
+                # the next claimable moment (a todo scheduled for soon), so the shared read is stale.
+                listener.forget_due(key)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or listener.shutting_down:
                 return []
