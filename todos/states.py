@@ -41,6 +41,10 @@ class TodoState(models.TextChoices):
     # (left by the retry scheduler, a claim once due, retry now or discard); with next_retry_at null it
     # is a dead-letter, left only by operator retry or discard.
     FAILED = "failed", "failed"
+    # Terminal. Entered by cancel (an agent or an operator) from pending, retry-waiting or claimed (the
+    # lease is revoked: the worker's next heartbeat, complete or fail is a conflict). completed_at is
+    # when it was cancelled; who and why are in errors. Frees the idempotency key; retention removes it.
+    CANCELLED = "cancelled", "cancelled"
 
 
 class Todo(Protocol):
@@ -128,6 +132,7 @@ PENDING = state_in(TodoState.PENDING).named("pending")
 CLAIMED = state_in(TodoState.CLAIMED).named("claimed")
 DONE = state_in(TodoState.DONE).named("done")
 FAILED = state_in(TodoState.FAILED).named("failed")
+CANCELLED = state_in(TodoState.CANCELLED).named("cancelled")
 
 # --- The column tests the derived states are made of -----------------------------------------------
 
@@ -139,6 +144,11 @@ RETRY_TIME_REACHED = Condition(
     "{t}next_retry_at <= now()",
     Q(next_retry_at__lte=Now()),
     lambda t, now: t.next_retry_at is not None and t.next_retry_at <= now,
+)
+LEASE_UNEXPIRED = Condition(
+    "{t}lease_expires_at >= now()",
+    Q(lease_expires_at__gte=Now()),
+    lambda t, now: t.lease_expires_at is not None and t.lease_expires_at >= now,
 )
 LEASE_EXPIRED = Condition(
     "{t}lease_expires_at < now()",
@@ -156,6 +166,9 @@ BELOW_CAP = Condition(
 LEASE_LAPSED = (CLAIMED & LEASE_EXPIRED).named("lease lapsed")
 # A lapsed lease that a claim may take over: one at its cap is never handed out again (SPEC decision 1).
 RECLAIMABLE = (LEASE_LAPSED & BELOW_CAP).named("reclaimable")
+# A lease still running: what a queue's max_claimed counts (a lapsed lease frees its slot). Served by
+# index todo_live_leases (queue, lease_expires_at).
+LIVE_LEASE = (CLAIMED & LEASE_UNEXPIRED).named("live lease")
 # Failed below the cap: a retry is scheduled at next_retry_at.
 RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
 # Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due.
@@ -168,6 +181,9 @@ CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE).named("claimable")
 # dead-lettered todos free it. Also the unique constraint's predicate, which sql.CREATE's ON CONFLICT
 # must repeat for PostgreSQL to use that partial index as the arbiter.
 RUNNABLE = ((PENDING | CLAIMED) | RETRY_WAITING).named("runnable")
+# What cancel may take: work not yet finished and not dead (a dead-letter is the operator's: retry or
+# discard). The scheduling issue's ``scheduled`` joins this list.
+CANCELLABLE = ((PENDING | CLAIMED) | RETRY_WAITING).named("cancellable")
 
 # Every named condition, for the agreement test.
 ALL: tuple[Condition, ...] = (
@@ -175,17 +191,20 @@ ALL: tuple[Condition, ...] = (
     CLAIMED,
     DONE,
     FAILED,
+    CANCELLED,
     LEASE_LAPSED,
+    LIVE_LEASE,
     RECLAIMABLE,
     RETRY_WAITING,
     RETRY_DUE,
     DEAD_LETTER,
     CLAIMABLE,
     RUNNABLE,
+    CANCELLABLE,
 )
 
 # What the admin shows for a todo: each todo is exactly one of these.
-DISPLAYED: tuple[Condition, ...] = (PENDING, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER)
+DISPLAYED: tuple[Condition, ...] = (PENDING, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER, CANCELLED)
 
 
 def label(todo: Todo) -> str:
@@ -216,6 +235,7 @@ SHAPES: dict[str, Q] = {
     TodoState.CLAIMED: _LEASE_HELD & NO_RETRY.q & _UNFINISHED,
     TodoState.DONE: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
     TodoState.FAILED: _UNFINISHED & (NO_RETRY.q | _NO_LEASE),
+    TodoState.CANCELLED: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
 }
 
 # Whatever the state: lease_id and lease_expires_at are set and cleared together, and a receipt names

@@ -25,4 +25,7 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_admin_assignee_recent",
         "todo_done_recent",
         "todo_failed_recent",
+        # queue controls and cancel (migration 0013): a limited queue's live leases; cancelled retention
+        "todo_live_leases",
+        "todo_cancelled_recent",
     }
