@@ -123,6 +123,7 @@ def caller_agent(request: Request) -> Agent:
             claim_scopes=["*"],
             create_scopes=["*"],
             can_retry_dead_letters=True,
+            can_manage_queues=True,
         )
     raise exceptions.NotAuthenticated()
 

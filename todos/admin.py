@@ -311,6 +311,7 @@ class AgentAdmin(admin.ModelAdmin):
         "claim_scopes",
         "create_scopes",
         "can_retry_dead_letters",
+        "can_manage_queues",
         "is_active",
         "token_prefix",
         "created_at",

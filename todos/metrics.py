@@ -53,7 +53,9 @@ REAPER_SWEEP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 
-PURGED = Counter("switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | cancelled | event).", ["kind"])
+PURGED = Counter(
+    "switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | cancelled | event).", ["kind"]
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

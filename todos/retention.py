@@ -1,5 +1,6 @@
 """Retention per state: delete done todos after a short window, dead-letters after a long one, cancelled
-todos after their own window (the done one unless set), and events once none of their todos remain (SPEC, `manage.py purge`).
+todos after their own window (the done one unless set), and events once none of their todos remain
+(SPEC, `manage.py purge`).
 
 Deleting finished rows is not a state transition, so it lives here rather than in todos/queue.py; its
 statements are in todos/sql.py with the others on the todos table. Every batch is one short statement in

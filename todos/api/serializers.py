@@ -12,7 +12,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from todos.errors import PayloadTooLarge
-from todos.models import SCOPE_RE, Todo, validate_queue_name, validate_scope
+from todos.models import MAX_QUEUE_LIMIT, SCOPE_RE, Todo, TodoState, validate_queue_name, validate_scope
 
 MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0
@@ -229,10 +229,23 @@ class QueueStatsSerializer(serializers.Serializer):
     retry_waiting = serializers.IntegerField()
     dead_letters = serializers.IntegerField()
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+    cancelled = serializers.IntegerField(help_text="cancelled todos not yet removed by retention")
+    paused = serializers.BooleanField()
+    max_claimed = serializers.IntegerField(allow_null=True)
+    rate_per_second = serializers.FloatField(allow_null=True)
+    rate_burst = serializers.IntegerField(allow_null=True)
 
 
 class QueueListSerializer(serializers.Serializer):
     queues = QueueStatsSerializer(many=True)
+
+
+class QueueControlsSerializer(serializers.Serializer):
+    queue = serializers.CharField(source="name")
+    paused = serializers.BooleanField()
+    max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
+    rate_per_second = serializers.FloatField(allow_null=True, help_text="claims a second; null: no limit")
+    rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -253,7 +266,7 @@ class TodoCreateInput(serializers.Serializer):
 
 class TodoListFilter(serializers.Serializer):
     queue = serializers.CharField(max_length=200, required=False)
-    state = serializers.ChoiceField(choices=["pending", "claimed", "done", "failed"], required=False)
+    state = serializers.ChoiceField(choices=TodoState.values, required=False)
     kind = serializers.CharField(max_length=100, required=False)
     assignee = serializers.CharField(max_length=100, required=False)
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
@@ -321,3 +334,30 @@ class BatchItemInput(serializers.Serializer):
 
 class BatchCompleteInput(serializers.Serializer):
     items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)
+
+
+class CancelInput(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
+    )
+
+
+class QueueLimitsInput(serializers.Serializer):
+    """PATCH: only the controls named change; null removes one."""
+
+    max_claimed = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True)
+    rate_per_second = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True
+    )
+    rate_burst = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_QUEUE_LIMIT,
+        required=False,
+        allow_null=True,
+        help_text="default: one second's worth of the rate (at least 1)",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
+        return attrs

@@ -18,4 +18,9 @@ urlpatterns = [
     path("todos/<str:todo_id>/release/", views.TodoReleaseApi.as_view(), name="todo-release"),
     path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
+    path("todos/<str:todo_id>/cancel/", views.TodoCancelApi.as_view(), name="todo-cancel"),
+    # Queue names may hold "/": the action routes come before the detail route that would swallow them.
+    path("queues/<path:name>/pause/", views.QueuePauseApi.as_view(), name="queue-pause"),
+    path("queues/<path:name>/resume/", views.QueueResumeApi.as_view(), name="queue-resume"),
+    path("queues/<path:name>/", views.QueueDetailApi.as_view(), name="queue-detail"),
 ]

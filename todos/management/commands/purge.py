@@ -21,9 +21,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--done-days", type=float, default=None, help="Override RETENTION_DONE_DAYS.")
         parser.add_argument("--dead-days", type=float, default=None, help="Override RETENTION_DEAD_DAYS.")
-        parser.add_argument(
-            "--cancelled-days", type=float, default=None, help="Override RETENTION_CANCELLED_DAYS."
-        )
+        parser.add_argument("--cancelled-days", type=float, default=None, help="Override RETENTION_CANCELLED_DAYS.")
         parser.add_argument("--batch", type=int, default=None, help="Rows per delete (PURGE_BATCH_SIZE).")
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
 
