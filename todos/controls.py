@@ -38,6 +38,17 @@ class QueueControls:
     rate_burst: int | None
 
 
+def describe_limits(queue: Any) -> str:
+    """A queue's limits in a few words, e.g. "max 3 claimed · 20/s burst 5" ("" for none): the dashboard
+    and the admin's queue page. ``queue``: anything with the three control attributes."""
+    parts = []
+    if queue.max_claimed is not None:
+        parts.append(f"max {queue.max_claimed} claimed")
+    if queue.rate_per_second is not None:
+        parts.append(f"{queue.rate_per_second:g}/s burst {queue.rate_burst}")
+    return " · ".join(parts)
+
+
 def _visible(agent: Agent | None) -> list[str]:
     return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
 
@@ -73,17 +84,9 @@ def _check_count(field: str, value: Any, minimum: int) -> None:
         )
 
 
-def set_limits(
-    name: str,
-    *,
-    max_claimed: int | None = UNSET,
-    rate_per_second: float | None = UNSET,
-    rate_burst: int | None = UNSET,
-    agent: Agent | None = None,
-) -> QueueControls:
-    """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
-    ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
-    burst defaults to one second's worth (at least 1). Effective from the next claim."""
+def check_limits(*, max_claimed: Any = UNSET, rate_per_second: Any = UNSET, rate_burst: Any = UNSET) -> None:
+    """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
+    check the same bounds first; this guards every caller)."""
     _check_count("max_claimed", max_claimed, 0)
     _check_count("rate_burst", rate_burst, 1)
     if rate_per_second is not UNSET and rate_per_second is not None:
@@ -97,6 +100,20 @@ def set_limits(
                 f"rate_per_second must be a number above 0 and at most {MAX_QUEUE_LIMIT}, or null.",
                 field="rate_per_second",
             )
+
+
+def set_limits(
+    name: str,
+    *,
+    max_claimed: int | None = UNSET,
+    rate_per_second: float | None = UNSET,
+    rate_burst: int | None = UNSET,
+    agent: Agent | None = None,
+) -> QueueControls:
+    """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
+    ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
+    burst defaults to one second's worth (at least 1). Effective from the next claim."""
+    check_limits(max_claimed=max_claimed, rate_per_second=rate_per_second, rate_burst=rate_burst)
     if rate_burst is not UNSET and rate_burst is not None:
         rate = get(name, agent=agent).rate_per_second if rate_per_second is UNSET else rate_per_second
         if rate is None:
