@@ -143,6 +143,8 @@ def queue_stats() -> dict[str, dict[str, float]]:
             "dead": s.dead_letters,
             "failed": s.failed,
             "oldest_pending_age": max(0.0, s.oldest_pending_age_seconds or 0.0),
+            "cancelled": s.cancelled,
+            "paused": 1.0 if s.paused else 0.0,
         }
         for s in selectors.queue_stats()
     }
@@ -203,6 +205,13 @@ class QueueStateCollector:
             "Age of the oldest pending todo, by queue (0 when none is pending).",
             labels=["queue"],
         )
+        cancelled = GaugeMetricFamily(
+            "switchboard_cancelled",
+            "Cancelled todos not yet removed by retention, by queue (the rate: "
+            'switchboard_todo_transitions_total{verb="cancel"}).',
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily("switchboard_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"])
         for name in sorted(stats):
             entry = stats[name]
             for state in LIVE_STATES:
@@ -210,7 +219,9 @@ class QueueStateCollector:
             dead.add_metric([name], entry["dead"])
             waiting.add_metric([name], entry["retry_waiting"])
             oldest.add_metric([name], entry["oldest_pending_age"])
-        yield from (todos, dead, waiting, oldest)
+            cancelled.add_metric([name], entry["cancelled"])
+            paused.add_metric([name], entry["paused"])
+        yield from (todos, dead, waiting, oldest, cancelled, paused)
 
 
 _queue_state: QueueStateCollector | None = None

@@ -174,6 +174,17 @@ class QueueModel:
         t.state, t.owner, t.lease, t.retry, t.errors = "pending", None, None, None, t.errors + 1
         return OK, t
 
+    def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
+        """pending, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
+        t = self.todos.get(todo_id)
+        cancellable = t is not None and (
+            t.state in ("pending", "claimed") or (t.state == "failed" and t.retry is not None)
+        )
+        if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
+            return self._miss(t, agent)
+        t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
+        return OK, t
+
     def lapse(self, t: ModelTodo) -> None:
         t.lapsed, t.lapse_order = True, self.tick()
 
