@@ -368,7 +368,7 @@ class AgentAdmin(admin.ModelAdmin):
 LIMIT_FIELDS = ("max_claimed", "rate_per_second", "rate_burst")
 
 
-class QueueLimitsForm(forms.ModelForm):
+class QueueLimitsForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscriptable at run time
     class Meta:
         model = Queue
         fields = LIMIT_FIELDS
@@ -391,7 +391,7 @@ class QueueLimitsForm(forms.ModelForm):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
     """Every queue: its counts (selectors.queue_stats, the statement the API and the dashboard read), paused
     or not, its limits; pause and resume actions; the change page edits the limits. Every change goes through
     todos/controls.py, never a model save: the claim statement reads these columns."""
@@ -462,7 +462,7 @@ class QueueAdmin(admin.ModelAdmin):
         )
 
     @admin.action(description="Pause the selected queues (claims hand out nothing)", permissions=["change"])
-    def pause_queues(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = list(queryset.values_list("name", flat=True))
         for name in names:
             controls.pause(name)
@@ -470,7 +470,7 @@ class QueueAdmin(admin.ModelAdmin):
         self.message_user(request, f"{len(names)} queue(s) paused; creates still land.")
 
     @admin.action(description="Resume the selected queues", permissions=["change"])
-    def resume_queues(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         names = list(queryset.values_list("name", flat=True))
         for name in names:
             controls.resume(name)
