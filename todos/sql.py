@@ -120,8 +120,7 @@ _RETURNING_T = ", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))
 #    A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
 #    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
 def _queue_quotas(eligible: str) -> str:
-    return f"""
-queues AS MATERIALIZED (
+    return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
