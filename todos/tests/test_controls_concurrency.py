@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from todos import controls, listen, queue
 from todos.listen import listener
@@ -224,3 +224,30 @@ def test_resume_wakes_a_long_poll_waiting_on_the_paused_queue(live_server, agent
     finally:
         thread.join(20)
         client.close()
+
+
+def test_a_create_never_waits_for_a_claim_writing_its_queues_token_bucket(agent):
+    # A rate-limited queue's claims update its todos_queue row; the registering trigger (migration 0013)
+    # reads before it inserts, so a create into the queue does not queue up behind that write.
+    queue.create(queue="rated.w")
+    controls.set_limits("rated.w", rate_per_second=5)
+    holding = threading.Event()
+    release = threading.Event()
+
+    def claim_and_hold() -> None:
+        with transaction.atomic():
+            assert queue.claim_next(agent=agent, queues=["rated.w"])  # wrote the bucket, row locked
+            holding.set()
+            release.wait(10)
+
+    def create_meanwhile() -> bool:
+        holding.wait(10)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '2s'")
+            return queue.create(queue="rated.w", title="lands")[1]
+        finally:
+            release.set()
+
+    _, created = run_together([claim_and_hold, create_meanwhile])
+    assert created is True
