@@ -25,7 +25,7 @@ RUN SECRET_KEY=collectstatic-only DATABASE_URL=postgres://unused@localhost/unuse
 RUN useradd --system --uid 10001 --no-create-home switchboard
 USER switchboard
 
-# gunicorn.conf.py reads GUNICORN_* (workers, threads, timeouts); inside a container bind all interfaces.
+# gunicorn.conf.py (uvicorn workers running switchboard.asgi) reads GUNICORN_* (workers, timeouts); inside a container bind all interfaces.
 ENV GUNICORN_BIND=0.0.0.0:8000
 EXPOSE 8000
-CMD ["gunicorn", "switchboard.wsgi", "-c", "gunicorn.conf.py"]
+CMD ["gunicorn", "-c", "gunicorn.conf.py"]

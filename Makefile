@@ -13,23 +13,41 @@ $(VENV)/.installed: $(BIN)/python requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-# make run: a development service on http://127.0.0.1:8000 (DEBUG on, embedded PostgreSQL unless
-# DATABASE_URL is set). Ctrl-C stops the web server, the reaper and the embedded database.
-run: export DEBUG ?= true
-run: $(VENV)/.installed
+# Local development settings (switchboard/settings.py reads .env; git-ignored). Written once, never
+# overwritten: edit it freely. Commands run by hand then get the same settings as make run.
+.env:
+	@printf '# Local development settings (made by make; git-ignored). The environment wins over this file.\nDEBUG=true\nSECRET_KEY=%s\n' \
+		"$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))')" > $@
+	@echo "Wrote .env (DEBUG=true and a generated SECRET_KEY) for local development."
+
+# make run: a development service on http://127.0.0.1:$(PORT) (DEBUG on through .env, embedded
+# PostgreSQL unless DATABASE_URL is set). Ctrl-C stops the web server, the reaper and the embedded
+# database. Another port: make run PORT=8080.
+PORT ?= 8000
+run: export GUNICORN_BIND ?= 127.0.0.1:$(PORT)
+run: $(VENV)/.installed .env
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v 0
 	@echo ""
 	@echo "  Switchboard is starting (web + reaper). Ctrl-C stops everything."
-	@echo "    API       http://127.0.0.1:8000/api/v1/"
-	@echo "    API docs  http://127.0.0.1:8000/api/docs/"
-	@echo "    Admin     http://127.0.0.1:8000/admin/   (make superuser to create a login)"
+	@echo "    API       http://$(GUNICORN_BIND)/api/v1/"
+	@echo "    API docs  http://$(GUNICORN_BIND)/api/docs/"
+	@echo "    Admin     http://$(GUNICORN_BIND)/admin/   (make superuser to create a login)"
 	@echo ""
 	$(BIN)/honcho start -f Procfile
 
-superuser: export DEBUG ?= true
-superuser: $(VENV)/.installed
-	$(BIN)/python manage.py createsuperuser
+# Interactive at a terminal; without one (scripts, CI) give DJANGO_SUPERUSER_USERNAME, _PASSWORD and
+# _EMAIL and it runs with --noinput. Without either it fails instead of skipping quietly.
+superuser: $(VENV)/.installed .env
+	$(BIN)/python manage.py migrate --noinput -v 0
+	@if [ -n "$$DJANGO_SUPERUSER_USERNAME" ]; then \
+		$(BIN)/python manage.py createsuperuser --noinput; \
+	elif [ -t 0 ]; then \
+		$(BIN)/python manage.py createsuperuser; \
+	else \
+		echo "make superuser: no terminal; set DJANGO_SUPERUSER_USERNAME, DJANGO_SUPERUSER_PASSWORD and DJANGO_SUPERUSER_EMAIL" >&2; \
+		exit 2; \
+	fi
 
 test: $(VENV)/.installed
 	$(BIN)/pytest
@@ -39,11 +57,14 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# On demand: modes of bench/compare.py (BENCH_ARGS=--quick for a short look). bench: queue.py against
+# the same SQL on psycopg and pgbench at 1/2/4/8 clients; bench-http: over HTTP beside in-process.
+BENCH_ARGS ?=
 bench: $(VENV)/.installed
-	$(BIN)/python bench/queue_throughput.py
+	$(BIN)/python bench/compare.py --mode queue $(BENCH_ARGS)
 
 bench-http: $(VENV)/.installed
-	$(BIN)/python bench/http_throughput.py
+	$(BIN)/python bench/compare.py --mode http $(BENCH_ARGS)
 
 # On demand, never in CI. bench-compare: Switchboard against raw SQL, Procrastinate and django-tasks
 # (about 13 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the

@@ -1,4 +1,10 @@
-"""gunicorn settings. Every value can be overridden from the environment (GUNICORN_*), or by flags."""
+"""gunicorn settings. Every value can be overridden from the environment (GUNICORN_*), or by flags.
+
+gunicorn manages the processes (graceful stops, max-requests, Prometheus multiprocess); each worker is
+uvicorn running Django's ASGI application (switchboard.asgi:application), one event loop per process.
+A waiting long-poll is a cheap wait in that loop (todos/waiting.py): it holds no thread and no
+database connection, so a process holds thousands of them.
+"""
 
 import glob
 import os
@@ -6,13 +12,13 @@ import shutil
 import tempfile
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
-# Threads, not just processes: a long-poll claim (wait_seconds up to 20) holds its thread while it
-# waits, so each worker needs several threads to keep answering other requests meanwhile.
+wsgi_app = "switchboard.asgi:application"
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
-worker_class = "gthread"
-threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWorker")
 # Longer than the longest long-poll (20 s) plus a slow query.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
+# On SIGTERM every waiting long-poll is answered at once with {"todos": []} (todos/waiting.py), so a
+# stop takes as long as the slowest request actually running.
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
 keepalive = 5
 # Recycle a worker after this many requests (0 = never); the jitter keeps workers from restarting together.

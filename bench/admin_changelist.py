@@ -3,12 +3,12 @@ detail pages, the dashboard, and the batched "apply to every matching todo" run.
 
     .venv/bin/python bench/admin_changelist.py [--rows 1000000] [--runs 5] [--reseed]
 
-It uses a scratch database, ``switchboard_bench_admin`` on the embedded server (EMBEDDED_PG_DATABASE;
-with DATABASE_URL set, that database is used instead: point it at a scratch one), migrates it, and
-seeds it once with generate_series (reused on later runs unless --reseed). Requests go through Django's test client
-(the full admin stack: middleware, templates, every query), logged in as a superuser. Prints a
-Markdown table: median and max milliseconds over ``--runs`` requests after one warm-up, the median
-milliseconds of those spent in the database, and the number of queries per request.
+It uses the scratch database ``switchboard_bench_admin`` (bench/harness.py: on the embedded server, or
+on the server of DATABASE_URL), migrates it, and seeds it once with generate_series (reused on later
+runs unless --reseed). Requests go through Django's test client (the full admin stack: middleware,
+templates, every query), logged in as a superuser. Prints a Markdown table: median and max
+milliseconds over ``--runs`` requests after one warm-up, the median milliseconds of those spent in the
+database, and the number of queries per request.
 
 The seeded shape: 8 queues, 85% done, 8% pending, 1% claimed (most with lapsed leases), 2%
 retry-waiting, 4% dead-letters; 5 kinds, 3 sources, 10% assigned; one event per two todos;
@@ -18,67 +18,53 @@ created_at spread evenly over the last 30 days (so the newest ~1,400 rows fall i
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings_test")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_admin")
+from bench import harness as h
 
-import django
-
-django.setup()
+# The test settings (static files from the apps, no collectstatic) and the test client's host.
+h.scratch_django(
+    "admin", fresh=False, settings_module="switchboard.settings_test", ALLOWED_HOSTS="testserver,localhost,127.0.0.1"
+)
 
 from django.contrib.auth.models import User  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
-SEED_EVENTS = """
-INSERT INTO events_event (id, source, type, delivery_id, payload, headers, received_at)
-SELECT 'ev_' || md5(g::text),
-       (ARRAY['github', 'stripe', 'linear'])[1 + g %% 3],
-       (ARRAY['push', 'pull_request.opened', 'issue_comment.created', 'charge.failed', 'invoice.paid',
-              'issue.updated', 'rare.type'])[1 + least(g %% 1000, 6)],
-       'delivery-' || g,
-       jsonb_build_object('n', g, 'ref', 'main', 'repository', jsonb_build_object('name', 'switchboard')),
-       '{}'::jsonb,
-       now() - (%(rows)s / 2 - g) * interval '5.2 seconds'
-FROM generate_series(1, %(rows)s / 2) g
-"""
-
-SEED_TODOS = """
-INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state,
-    owner, lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors)
-SELECT 'td_' || md5('t' || g), 'queue-' || (g %% 8), (ARRAY['github', 'stripe', 'linear'])[1 + g %% 3],
-       (ARRAY['review', 'deploy', 'triage', 'notify', 'sync'])[1 + (g / 7) %% 5], 'Todo number ' || g,
-       jsonb_build_object('n', g, 'pr', g %% 5000), 'ev_' || md5(((g + 1) / 2)::text), 'key-' || g,
-       CASE WHEN g %% 10 = 0 THEN 'agent-' || (g %% 5) END,
-       CASE WHEN s.k IN ('retry', 'dead') THEN 'failed' ELSE s.k END,
-       CASE WHEN s.k = 'claimed' THEN 'agent-' || (g %% 5) END,
-       CASE WHEN s.k = 'claimed' THEN c.at + interval '5 minutes' END,
-       CASE s.k WHEN 'pending' THEN 0 WHEN 'retry' THEN 2 WHEN 'dead' THEN 5 ELSE 1 END,
-       5,
-       CASE WHEN s.k = 'done' THEN '{"ok": true}'::jsonb END,
-       c.at, c.at + interval '10 seconds',
-       CASE WHEN s.k <> 'pending' THEN c.at + interval '1 second' END,
-       CASE WHEN s.k = 'done' THEN c.at + interval '5 seconds' END,
-       CASE WHEN s.k = 'retry' THEN now() + (g %% 3600) * interval '1 second' END,
-       CASE WHEN s.k = 'claimed' THEN 'ls_' || md5('l' || g) END,
-       CASE WHEN s.k IN ('retry', 'dead') THEN jsonb_build_array(jsonb_build_object(
-           'attempt', 1, 'at', c.at + interval '10 seconds', 'error', 'upstream timed out')) ELSE '[]'::jsonb END
-FROM generate_series(1, %(rows)s) g
-CROSS JOIN LATERAL (SELECT CASE WHEN g %% 100 < 85 THEN 'done' WHEN g %% 100 < 93 THEN 'pending'
-                                WHEN g %% 100 < 94 THEN 'claimed' WHEN g %% 100 < 96 THEN 'retry'
-                                ELSE 'dead' END AS k) s
-CROSS JOIN LATERAL (SELECT now() - (%(rows)s - g) * interval '2.6 seconds' AS at) c
-"""
+QUEUES = [f"queue-{q}" for q in range(8)]
+# Which rows of the series are in which state: 85% done, 8% pending, 1% claimed, 2% retry-waiting, 4% dead.
+MIX = {
+    "done": "g %% 100 < 85",
+    "pending": "g %% 100 BETWEEN 85 AND 92",
+    "claimed": "g %% 100 = 93",
+    "retry_waiting": "g %% 100 BETWEEN 94 AND 95",
+    "dead": "g %% 100 >= 96",
+}
+FAILED_ONCE = """jsonb_build_array(jsonb_build_object(
+    'attempt', 1, 'at', at + interval '10 seconds', 'error', 'upstream timed out'))"""
+# Beyond its state's shape (bench/harness.py), what sets each state's rows apart here.
+BY_STATE: dict[str, dict[str, str]] = {
+    "done": {"completed_at": "at + interval '5 seconds'", "owner": "NULL"},
+    "pending": {"claimed_at": "NULL"},
+    # Leases of five minutes from created_at: all but the newest have lapsed.
+    "claimed": {
+        "owner": "'agent-' || (g %% 5)",
+        "lease_expires_at": "at + interval '5 minutes'",
+        "lease_id": "'ls_' || md5('l' || g)",
+    },
+    "retry_waiting": {
+        "attempt": "2",
+        "next_retry_at": "now() + (g %% 3600) * interval '1 second'",
+        "errors": FAILED_ONCE,
+    },
+    "dead": {"errors": FAILED_ONCE},
+}
 
 
 # Undo the batched run's retries (bench data only): back to dead-letters with their seeded history.
@@ -98,11 +84,35 @@ def seed(rows: int, reseed: bool) -> None:
             return
         started = time.monotonic()
         cursor.execute("TRUNCATE todos_todo, events_event, todos_queue, django_admin_log CASCADE")
-        cursor.execute(
-            "INSERT INTO todos_queue (name, created_at) SELECT 'queue-' || g, now() FROM generate_series(0, 7) g"
+    h.seed_events(
+        rows // 2,
+        source="(ARRAY['github', 'stripe', 'linear'])[1 + g %% 3]",
+        type="""(ARRAY['push', 'pull_request.opened', 'issue_comment.created', 'charge.failed', 'invoice.paid',
+                'issue.updated', 'rare.type'])[1 + least(g %% 1000, 6)]""",
+        payload="jsonb_build_object('n', g, 'ref', 'main', 'repository', jsonb_build_object('name', 'switchboard'))",
+        received_at=f"now() - ({rows // 2} - g) * interval '5.2 seconds'",
+    )
+    common = {
+        "id": "'td_' || md5('t' || g)",
+        "source": "(ARRAY['github', 'stripe', 'linear'])[1 + g %% 3]",
+        "kind": "(ARRAY['review', 'deploy', 'triage', 'notify', 'sync'])[1 + (g / 7) %% 5]",
+        "title": "'Todo number ' || g",
+        "payload": "jsonb_build_object('n', g, 'pr', g %% 5000)",
+        "event_id": "'ev_' || md5(((g + 1) / 2)::text)",
+        "idempotency_key": "'key-' || g",
+        "assignee": "CASE WHEN g %% 10 = 0 THEN 'agent-' || (g %% 5) END",
+        "claimed_at": "at + interval '1 second'",
+        "updated_at": "at + interval '10 seconds'",
+    }
+    for state, where in MIX.items():
+        h.seed_todos(
+            rows,
+            queue=QUEUES,
+            state=state,
+            where=where,
+            created_at=f"now() - ({rows} - g) * interval '2.6 seconds'",
+            **{**common, **BY_STATE[state]},
         )
-        cursor.execute(SEED_EVENTS, {"rows": rows})
-        cursor.execute(SEED_TODOS, {"rows": rows})
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE todos_todo")
         cursor.execute("VACUUM ANALYZE events_event")
@@ -133,7 +143,6 @@ def main() -> None:
     parser.add_argument("--reseed", action="store_true")
     args = parser.parse_args()
 
-    call_command("migrate", verbosity=0)
     seed(args.rows, args.reseed)
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench", "", "bench-pw-1")
     client = Client()

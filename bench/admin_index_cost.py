@@ -11,18 +11,14 @@ and rebuilt in the scratch database only.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings_test")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_admin")
+from bench import harness as h
 
-import django
-
-django.setup()
+h.scratch_django("admin", fresh=False)
 
 from django.db import connection  # noqa: E402
 

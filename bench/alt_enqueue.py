@@ -8,15 +8,16 @@ visible to the already-running workers at the same instant. Prints {"n", "second
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
-import django
+from bench import harness as h
 
 
 def main() -> None:
     which, n = sys.argv[1], int(sys.argv[2])
-    django.setup()
+    h.setup_django(os.environ["DATABASE_URL"], os.environ["DJANGO_SETTINGS_MODULE"])
     from django.db import transaction
 
     if which == "procrastinate":

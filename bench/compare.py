@@ -1,7 +1,10 @@
 """Switchboard against the raw-SQL ceiling and the alternatives a Django user would pick, in one run.
 
     make bench-compare                      # the full run (about 13 minutes on 2 cores)
+    make bench                              # --mode queue: queue.py against the same SQL (psycopg, pgbench)
+    make bench-http                         # --mode http: over HTTP beside in-process, and long-poll wake
     .venv/bin/python bench/compare.py --quick                       # every row once, short: a check
+    .venv/bin/python bench/compare.py --mode http --quick           # one mode, short
     .venv/bin/python bench/compare.py --only raw,inproc --seconds 30   # long runs: see autovacuum work
 
 Everything runs in dedicated databases (switchboard_bench, switchboard_bench_procrastinate,
@@ -40,8 +43,6 @@ from bench.compare_workers import (
     INGEST_QUEUE,
     LONGPOLL_QUEUE,
     QUEUE,
-    SB_DB,
-    analyze,
     http_worker,
     ingest_worker,
     inproc_worker,
@@ -49,10 +50,7 @@ from bench.compare_workers import (
     pgbench,
     pgbench_scripts,
     psycopg_worker,
-    reset_todos,
     run_processes,
-    sb_sql,
-    seed,
 )
 
 SECTIONS = (
@@ -69,6 +67,14 @@ SECTIONS = (
     "soak",
     "ingest",
 )
+
+# Named subsets of SECTIONS (the Makefile's targets), with their client counts; --only and --clients
+# override them. The pgbench rows run in every mode: they are the ceiling each ratio is to.
+MODES = {
+    "queue": (("inproc", "psycopg"), (1, 2, 4, 8)),
+    "http": (("inproc", "http", "batch"), (1, 4, 16)),
+    "ingest": (("ingest",), (4, 16)),
+}
 
 
 @dataclass
@@ -113,9 +119,7 @@ class Bench:
         self.cfg = cfg
         self.server = server
         self.res = Results()
-        self.sb_url = server.create_database(SB_DB)
-        h.migrate(self.sb_url)
-        h.setup_django(self.sb_url)
+        _, self.sb_url = h.scratch_django("", server=server)
         self.token = make_agent()
         self.claim_script, self.enqueue_script = pgbench_scripts()
         # The most any row has done so far: sizes the backlog seeded for the next run.
@@ -129,9 +133,9 @@ class Bench:
         return int(max(self.best, 3000) * seconds * 1.6) + 5000
 
     def fresh(self, pending: int) -> None:
-        reset_todos()
-        seed(pending)
-        analyze()
+        h.reset_todos()
+        h.seed_todos(pending, queue=QUEUE)
+        h.analyze()
 
     # -- one run of each kind of row ------------------------------------------------------------
     def raw_claim(self, clients: int) -> float:
@@ -143,7 +147,7 @@ class Bench:
         return tps
 
     def raw_enqueue(self, clients: int) -> float:
-        reset_todos()
+        h.reset_todos()
         return pgbench(self.sb_url, self.enqueue_script, clients, self.cfg.enqueue_seconds)[0]
 
     def inproc(self, clients: int, limit: int = 1, prepared: bool = False) -> float:
@@ -155,7 +159,7 @@ class Bench:
         return run.rate
 
     def inproc_enqueue(self, clients: int) -> float:
-        reset_todos()
+        h.reset_todos()
         return run_processes(inproc_worker, clients, self.cfg.enqueue_seconds, "enqueue", 1).rate
 
     def psycopg(self, clients: int) -> float:
@@ -282,7 +286,7 @@ class Bench:
         for name, (label, settings_module) in ALTERNATIVES.items():
             if name not in only:
                 continue
-            url = self.server.create_database(f"{SB_DB}_{name}")
+            url = self.server.create_database(h.scratch_db(name))
             h.migrate(url, settings_module)
             for c in clients:
                 procs, concurrency = alt_plan(name, c)
@@ -386,8 +390,10 @@ class Bench:
     def longpoll(self, base: str, api: h.Api) -> None:
         from todos import queue
 
-        reset_todos()
-        sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [LONGPOLL_QUEUE])
+        h.reset_todos()
+        h.sb_sql(
+            "INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [LONGPOLL_QUEUE]
+        )
         t = time.monotonic()
         api.post("/api/v1/todos/claim/", {"queues": [LONGPOLL_QUEUE], "wait_seconds": 1})
         if time.monotonic() - t < 0.8:
@@ -446,6 +452,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     parser.add_argument("--soak-seconds", type=float, help="sustained-churn run length; default 45")
     parser.add_argument("--budget-minutes", type=float, help="time budget of the whole run; default 14")
     parser.add_argument("--clients", help="comma-separated client counts; default 1,4,16")
+    parser.add_argument("--mode", choices=sorted(MODES), help="a named subset of sections (the Makefile's targets)")
     parser.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
     parser.add_argument("--docs", action="store_true", help="rewrite docs/benchmarks.md's section and the plot")
     args = parser.parse_args(argv)
@@ -464,6 +471,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Config, argparse.Namespac
     for name in ("runs", "seconds", "jobs", "soak_seconds", "budget_minutes"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
+    if args.mode:
+        cfg.only, cfg.clients = MODES[args.mode]
     if args.clients:
         cfg.clients = tuple(int(c) for c in args.clients.split(","))
     if args.only:

@@ -87,12 +87,7 @@ def alt_drain(
             succeeded, first, last = conn.execute(q["span"]).fetchone()  # type: ignore[misc]
         finally:
             for w in workers:
-                w.terminate()
-            for w in workers:
-                try:
-                    w.wait(15)
-                except subprocess.TimeoutExpired:
-                    w.kill()
+                h.stop(w)
             for log in logs:
                 log.close()
     if succeeded != jobs:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import harness as h
 from bench.compare_report import Row
-from bench.compare_workers import AGENT, QUEUE, analyze, inproc_worker, reset_todos, run_processes, seed
+from bench.compare_workers import AGENT, QUEUE, inproc_worker, run_processes
 
 if TYPE_CHECKING:
     from bench.compare import Bench
@@ -22,10 +22,10 @@ def latency(bench: Bench) -> None:
     print("claim latency beside done history (one client, in-process)", flush=True)
     agent = Agent.objects.get(name=AGENT)
     for done_rows in bench.cfg.history:
-        reset_todos()
-        seed(done_rows, state="done")
-        seed(10)
-        analyze()
+        h.reset_todos()
+        h.seed_todos(done_rows, state="done", queue=QUEUE)
+        h.seed_todos(10, queue=QUEUE)
+        h.analyze()
         for _ in range(50):  # warm-up
             _cycle(queue, agent)
         times = [_cycle(queue, agent) for _ in range(bench.cfg.samples)]
@@ -69,7 +69,7 @@ def _cycle(queue: Any, agent: Any) -> float:
     todo = queue.claim_next(agent=agent, queues=[QUEUE], lease_seconds=300)[0]
     queue.complete(todo.id, agent=agent, lease_id=todo.lease_id)
     took = time.perf_counter() - started
-    seed(1)
+    h.seed_todos(1, queue=QUEUE)
     return took
 
 
@@ -79,9 +79,9 @@ def soak(bench: Bench) -> None:
 
     clients, seconds = bench.cfg.soak_clients, bench.cfg.soak_seconds
     print(f"sustained churn: {clients} in-process clients for {seconds:.0f} s (autovacuum, SPEC trap 3)")
-    reset_todos()
-    seed(bench.backlog(seconds))
-    analyze()
+    h.reset_todos()
+    h.seed_todos(bench.backlog(seconds), queue=QUEUE)
+    h.analyze()
     with psycopg.connect(bench.sb_url, autocommit=True) as conn:
 
         def sample() -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""Switchboard's side of bench/compare.py: set-based seeding of the bench database, pgbench running
-todos/sql.py's statements, and the forked client processes (in-process, HTTP, ingest) released
-together by a barrier."""
+"""Switchboard's side of bench/compare.py: the bench agent, pgbench running todos/sql.py's statements,
+and the forked client processes (in-process, HTTP, ingest) released together by a barrier."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,58 +28,10 @@ ENQUEUE_QUEUE = "bench-enqueue"
 LONGPOLL_QUEUE = "bench-longpoll"
 INGEST_QUEUE = "bench-ingest"
 AGENT = "bench"
-SB_DB = "switchboard_bench"
 ALTERNATIVES = {
     "procrastinate": ("Procrastinate 3.10 worker", "bench.alt_settings.procrastinate"),
     "django_tasks": ("django-tasks-db 0.13 db_worker", "bench.alt_settings.django_tasks"),
 }
-
-# ---------------------------------------------------------------------------------------------
-# The Switchboard database: seeding and resetting with set-based SQL (fast, and beside the point)
-
-
-def sb_sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def reset_todos() -> None:
-    sb_sql("TRUNCATE todos_todo")
-
-
-def seed(n: int, *, queue: str = QUEUE, state: str = "pending") -> None:
-    """n todos in one statement; created_at ascends so claims take them in order."""
-    if n <= 0:
-        return
-    sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [queue])
-    done = state == "done"
-    sb_sql(
-        f"""
-        INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-            result, created_at, updated_at, claimed_at, completed_at, owner)
-        SELECT 'td_' || md5(g::text || random()::text), %s, 'bench', 'noop', 'no-op', '{{}}'::jsonb, %s,
-            {1 if done else 0}, 5, '[]'::jsonb, NULL,
-            now() - interval '1 hour' + g * interval '1 microsecond', now(),
-            {"now()" if done else "NULL"}, {"now()" if done else "NULL"}, {"'bench'" if done else "NULL"}
-        FROM generate_series(1, %s) g
-        """,
-        [queue, state, n],
-    )
-
-
-def analyze() -> None:
-    """After seeding: statistics as autovacuum would leave them, and a checkpoint, so that writing back
-    the seed's pages happens now and not during the timed run that follows."""
-    from django.db import DatabaseError
-
-    sb_sql("VACUUM ANALYZE todos_todo")
-    try:
-        sb_sql("CHECKPOINT")
-    except DatabaseError:  # needs superuser or pg_checkpoint on a DATABASE_URL server: then go without
-        pass
 
 
 def make_agent() -> str:
@@ -206,6 +158,28 @@ class Shared:
     ends: Any
     errors: Any
 
+    @contextlib.contextmanager
+    def slot(self, i: int) -> Iterator[None]:
+        """Worker ``i``'s run: what it raises is counted as an error (traceback printed) rather than
+        left to hang the barrier's other parties, and the time it ended is kept."""
+        try:
+            yield
+        except BaseException:
+            self.errors[i] += 1
+            traceback.print_exc()
+        finally:
+            self.ends[i] = time.monotonic()
+
+
+@contextlib.contextmanager
+def _closing_connections() -> Iterator[None]:
+    from django.db import connections
+
+    try:
+        yield
+    finally:
+        connections.close_all()
+
 
 def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, prepared: bool = False) -> None:
     from django.db import connections
@@ -218,7 +192,7 @@ def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, prepared: bool =
         # and plans CLAIM_NEXT (a five-CTE statement) on every call. With server-side binding and a
         # prepare threshold, psycopg prepares each statement after 5 uses.
         connections["default"].settings_dict["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
-    try:
+    with sh.slot(slot), _closing_connections():
         agent = Agent.objects.get(name=AGENT)
         sh.barrier.wait(120)
         end, n = sh.deadline.value, 0
@@ -238,12 +212,6 @@ def inproc_worker(slot: int, sh: Shared, mode: str, limit: int, prepared: bool =
                     queue.complete_many([(t.id, t.lease_id, None) for t in todos], agent=agent)
                 n += len(todos)
             sh.counts[slot] = n
-    except BaseException:
-        sh.errors[slot] += 1
-        traceback.print_exc()
-    finally:
-        sh.ends[slot] = time.monotonic()
-        connections.close_all()
 
 
 def psycopg_worker(slot: int, sh: Shared, url: str, claim_like: list[str], visible_like: list[str]) -> None:
@@ -254,44 +222,38 @@ def psycopg_worker(slot: int, sh: Shared, url: str, claim_like: list[str], visib
 
     from todos import sql
 
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            claim = {
-                "scopes": claim_like,
-                "wanted": [QUEUE],
+    with sh.slot(slot), psycopg.connect(url, autocommit=True) as conn:
+        claim = {
+            "scopes": claim_like,
+            "wanted": [QUEUE],
+            "agent": AGENT,
+            "owner": f"{AGENT}/psycopg{slot}",
+            "limit": 1,
+            "lease_seconds": 300.0,
+        }
+        sh.barrier.wait(120)
+        end, n = sh.deadline.value, 0
+        while time.monotonic() < end:
+            cur = conn.execute(sql.CLAIM_NEXT, claim, prepare=True)
+            row = cur.fetchone()
+            if row is None:
+                break
+            names = [d.name for d in cur.description or []]
+            receipt = {
+                "id": row[names.index("id")],
+                "lease_id": row[names.index("lease_id")],
                 "agent": AGENT,
-                "owner": f"{AGENT}/psycopg{slot}",
-                "limit": 1,
-                "lease_seconds": 300.0,
+                "visible": visible_like,
+                "result": None,
             }
-            sh.barrier.wait(120)
-            end, n = sh.deadline.value, 0
-            while time.monotonic() < end:
-                cur = conn.execute(sql.CLAIM_NEXT, claim, prepare=True)
-                row = cur.fetchone()
-                if row is None:
-                    break
-                names = [d.name for d in cur.description or []]
-                receipt = {
-                    "id": row[names.index("id")],
-                    "lease_id": row[names.index("lease_id")],
-                    "agent": AGENT,
-                    "visible": visible_like,
-                    "result": None,
-                }
-                conn.execute(sql.COMPLETE, receipt, prepare=True)
-                n += 1
-                sh.counts[slot] = n
-    except BaseException:
-        sh.errors[slot] += 1
-        traceback.print_exc()
-    finally:
-        sh.ends[slot] = time.monotonic()
+            conn.execute(sql.COMPLETE, receipt, prepare=True)
+            n += 1
+            sh.counts[slot] = n
 
 
 def http_worker(slot: int, sh: Shared, base: str, token: str, limit: int) -> None:
     api = h.Api(base, token)
-    try:
+    with sh.slot(slot), contextlib.closing(api):
         sh.barrier.wait(120)
         end, n = sh.deadline.value, 0
         while time.monotonic() < end and sh.errors[slot] < 20:
@@ -313,17 +275,11 @@ def http_worker(slot: int, sh: Shared, base: str, token: str, limit: int) -> Non
                 n += len(todos) if status == 200 else 0
             sh.errors[slot] += status != 200
             sh.counts[slot] = n
-    except BaseException:
-        sh.errors[slot] += 1
-        traceback.print_exc()
-    finally:
-        sh.ends[slot] = time.monotonic()
-        api.close()
 
 
 def ingest_worker(slot: int, sh: Shared, base: str, slug: str, secret: str) -> None:
     api = h.Api(base)
-    try:
+    with sh.slot(slot), contextlib.closing(api):
         sh.barrier.wait(120)
         end, n = sh.deadline.value, 0
         while time.monotonic() < end and sh.errors[slot] < 20:
@@ -335,12 +291,6 @@ def ingest_worker(slot: int, sh: Shared, base: str, slug: str, secret: str) -> N
                 sh.counts[slot] = n
             else:
                 sh.errors[slot] += 1
-    except BaseException:
-        sh.errors[slot] += 1
-        traceback.print_exc()
-    finally:
-        sh.ends[slot] = time.monotonic()
-        api.close()
 
 
 def _github_body(slot: int, n: int) -> bytes:

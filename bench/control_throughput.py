@@ -4,7 +4,7 @@
     .venv/bin/python bench/control_throughput.py --levels 1 --runs 1   # a quick look
 
 Each worker process loops claim (limit 1) then complete, as server-side prepared statements through
-psycopg 3 (bench/queue_throughput.py's raw mode: what the statements themselves cost). Modes, alternated
+psycopg 3 (as `bench/compare.py`'s psycopg rows: what the statements themselves cost). Modes, alternated
 within every run so that all see the same machine load, each on a freshly seeded table:
 
   before     CLAIM_NEXT as it was before this issue (todos/sql.py at BASE_REV, read from git), without the
@@ -13,7 +13,8 @@ within every run so that all see the same machine load, each on a freshly seeded
   capped     the same queue with max_claimed = 1000 (never reached): the lock-and-count path
   rated      the same queue with a token bucket that never runs dry: the lock-and-write-back path
 
-Todos go to the switchboard_bench database, never the development one. The figures in
+Todos go to the scratch database switchboard_bench_control (bench/harness.py: on the embedded server, or
+on DATABASE_URL's), never the development one. The figures in
 docs/benchmarks.md were taken on a shared, loaded 2-core machine.
 """
 
@@ -29,17 +30,12 @@ import types
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _django  # sets up Django before the app imports below
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psycopg
 
-_django.setup("switchboard_bench")
+from bench import harness as h
 
-import psycopg  # noqa: E402
-from django.db import connection  # noqa: E402
-from queue_throughput import ID, LEASE_ID, QUEUE, bench_agent, seed  # noqa: E402
-
-from todos import controls, sql  # noqa: E402
-
+QUEUE = "bench"
 BASE_REV = "f2f9d28"  # the branch point: the claim before queue controls
 MODES = ("before", "unlimited", "capped", "rated")
 LIVE_LEASES_INDEX = (
@@ -49,17 +45,30 @@ LIVE_LEASES_INDEX = (
 
 def _sql_before() -> types.ModuleType:
     text = subprocess.run(
-        ["git", "show", f"{BASE_REV}:todos/sql.py"], capture_output=True, text=True, check=True, cwd=_django.BASE_DIR
+        ["git", "show", f"{BASE_REV}:todos/sql.py"], capture_output=True, text=True, check=True, cwd=h.ROOT
     ).stdout
     module = types.ModuleType("sql_before")
     exec(compile(text, "sql_before.py", "exec"), module.__dict__)  # noqa: S102 (our own file, from git)
     return module
 
 
+def _column(name: str) -> int:
+    """A column's position in the rows the claim hands back (sql.TODO_COLUMNS)."""
+    from todos import sql
+
+    return [c.strip() for c in sql.TODO_COLUMNS.split(",")].index(name)
+
+
+def seed(n: int) -> None:
+    h.reset_todos()
+    h.seed_todos(n, queue=QUEUE)
+
+
 def prepare(mode: str) -> None:
-    seed(0)  # truncate; the rows come next, after the index is set for the mode
-    with connection.cursor() as cur:
-        cur.execute("DROP INDEX IF EXISTS todo_live_leases" if mode == "before" else LIVE_LEASES_INDEX)
+    from todos import controls
+
+    h.reset_todos()  # the rows come next, after the index is set for the mode
+    h.sb_sql("DROP INDEX IF EXISTS todo_live_leases" if mode == "before" else LIVE_LEASES_INDEX)
     controls.set_limits(
         QUEUE,
         max_claimed=1000 if mode == "capped" else None,
@@ -69,7 +78,12 @@ def prepare(mode: str) -> None:
 
 
 def run(conn: psycopg.Connection[Any], claim_sql: str, until: float) -> tuple[int, int]:
-    agent = bench_agent()
+    from todos import sql
+    from todos.models import Agent
+
+    # Unsaved: the statements read only its name and scopes.
+    agent = Agent(name="bench", claim_scopes=[QUEUE], create_scopes=[QUEUE])
+    id_at, lease_id_at = _column("id"), _column("lease_id")
     claim_params = {
         "scopes": agent.claim_like_patterns(),
         "wanted": [QUEUE],
@@ -87,24 +101,25 @@ def run(conn: psycopg.Connection[Any], claim_sql: str, until: float) -> tuple[in
             continue
         conn.execute(
             sql.COMPLETE,
-            {"id": rows[0][ID], "lease_id": rows[0][LEASE_ID], "agent": agent.name, "visible": visible, "result": None},
+            {
+                "id": rows[0][id_at],
+                "lease_id": rows[0][lease_id_at],
+                "agent": agent.name,
+                "visible": visible,
+                "result": None,
+            },
             prepare=True,
         ).fetchall()
         done += 1
     return done, empty
 
 
-def worker(commands: Any, results: Any, barrier: Any) -> None:
+def worker(url: str, commands: Any, results: Any, barrier: Any) -> None:
+    h.setup_django(url)  # a spawned child: Django again, on the same scratch database
+    from todos import sql
+
     claims = {"before": _sql_before().CLAIM_NEXT, **dict.fromkeys(MODES[1:], sql.CLAIM_NEXT)}
-    db = connection.settings_dict
-    conn = psycopg.connect(
-        dbname=db["NAME"],
-        user=db["USER"],
-        password=db["PASSWORD"] or None,
-        host=db["HOST"] or db.get("OPTIONS", {}).get("host"),
-        port=db["PORT"] or None,
-        autocommit=True,
-    )
+    conn = psycopg.connect(url, autocommit=True)
     while (command := commands.get()) is not None:
         mode, duration = command
         barrier.wait()
@@ -118,7 +133,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    _django.migrate()
+    _, url = h.scratch_django("control")
     seed_rows = int(max(20_000, 5_000 * args.duration))
     table = []
     for level in (int(x) for x in args.levels.split(",")):
@@ -126,7 +141,7 @@ def main() -> None:
         barrier = ctx.Barrier(level + 1)
         results = ctx.Queue()
         commands = [ctx.Queue() for _ in range(level)]
-        procs = [ctx.Process(target=worker, args=(c, results, barrier), daemon=True) for c in commands]
+        procs = [ctx.Process(target=worker, args=(url, c, results, barrier), daemon=True) for c in commands]
         for p in procs:
             p.start()
         rates: dict[str, list[float]] = {m: [] for m in MODES}

@@ -21,10 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _django  # sets up Django before the app imports below
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import harness as h
 
-_django.setup("switchboard_bench_explain")
+# Reused between runs: seeding 1M rows is the slow part, and the rows do not change between plans.
+h.scratch_django("explain", fresh=False)
 
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count  # noqa: E402
@@ -33,7 +34,7 @@ from psycopg.types.json import Jsonb  # noqa: E402
 from todos import sql  # noqa: E402
 from todos.models import Todo  # noqa: E402
 
-OUT = _django.BASE_DIR / "docs" / "query-plans.md"
+OUT = h.ROOT / "docs" / "query-plans.md"
 TOTAL = 1_000_000
 # queue -> pending rows: two busy queues, two quiet ones (SPEC trap 1 is about exactly this spread).
 PENDING = {"github.push": 25_000, "github.pull_request": 15_000, "stripe.charge": 8_000, "email.send": 2_000}
@@ -47,51 +48,64 @@ MIX = {  # state -> rows; done fills the rest of TOTAL
 }
 
 
+# Beyond its state's shape (bench/harness.py), what sets each state's rows apart here.
+BY_STATE: dict[str, dict[str, str]] = {
+    "claimed_live": {"state": "claimed", "owner": "'worker'", "created_at": "now() - interval '2 hours'"},
+    "claimed_lapsed": {  # some at their cap
+        "state": "lapsed",
+        "owner": "'worker'",
+        "attempt": "1 + g %% 5",
+        "created_at": "now() - interval '2 hours'",
+    },
+    "retry_waiting": {"state": "retry_waiting", "created_at": "now() - interval '2 hours'"},
+    "retry_due": {"state": "retry_due", "created_at": "now() - interval '2 hours'"},
+    "dead": {"state": "dead", "created_at": "now() - interval '3 days'", "updated_at": "now() - g * interval '1 min'"},
+}
+
+
 def seed() -> None:
     started = time.monotonic()
     done = TOTAL - sum(PENDING.values()) - sum(MIX.values())
-    queues_sql = "ARRAY[" + ",".join(f"'{q}'" for q in QUEUES) + "]"
-    common = """INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, owner,
-        lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-        next_retry_at, lease_id, errors)"""
-    uid = "'td_' || replace(gen_random_uuid()::text, '-', '')"
+    common = {"id": "'td_' || replace(gen_random_uuid()::text, '-', '')", "source": "'github'", "kind": "'event'"}
     with connection.cursor() as cur:
         cur.execute("TRUNCATE todos_todo, todos_queue")
-        cur.execute("INSERT INTO todos_queue (name, created_at) SELECT unnest(%s::text[]), now()", [QUEUES])
-        # History: done over the last 30 days, spread over all queues.
-        cur.execute(f"""{common}
-            SELECT {uid}, ({queues_sql})[1 + mod(i, {len(QUEUES)})], 'github', 'event', 'done #' || i,
-                jsonb_build_object('n', i), 'done-' || i, 'done', 'worker', NULL, 1, 5, '{{"ok": true}}'::jsonb,
-                now() - interval '30 days' + i * interval '2 seconds', now() - interval '30 days' + i * interval '2 s',
-                now() - interval '30 days' + i * interval '2 s', now() - interval '30 days' + i * interval '2 s',
-                NULL, NULL, '[]'::jsonb
-            FROM generate_series(1, %s) i""", [done])  # fmt: skip
-        # Pending: the last hour, per queue.
-        for q, n in PENDING.items():
-            cur.execute(f"""{common}
-                SELECT {uid}, %s, 'github', 'event', 'pending #' || i, jsonb_build_object('n', i),
-                    %s || '-' || i, 'pending', NULL, NULL, 0, 5, NULL,
-                    now() - interval '1 hour' + i * interval '50 ms', now(), NULL, NULL, NULL, NULL, '[]'::jsonb
-                FROM generate_series(1, %s) i""", [q, f"pending-{q}", n])  # fmt: skip
-        states = {
-            # live claims: lease in the future
-            "claimed_live": """'claimed', 'worker', now() + interval '5 min', 1, 5, NULL, now() - interval '2 hours',
-                now(), now(), NULL, NULL, 'ls_' || i, '[]'::jsonb""",
-            # lapsed claims, some at their cap
-            "claimed_lapsed": """'claimed', 'worker', now() - i * interval '1 s', 1 + mod(i, 5), 5, NULL,
-                now() - interval '2 hours', now(), now(), NULL, NULL, 'ls_lapsed_' || i, '[]'::jsonb""",
-            "retry_waiting": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
-                now() + i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
-            "retry_due": """'failed', NULL, NULL, 1, 5, NULL, now() - interval '2 hours', now(), now(), NULL,
-                now() - i * interval '1 s', NULL, '[{"attempt": 1, "error": "boom"}]'::jsonb""",
-            "dead": """'failed', NULL, NULL, 5, 5, NULL, now() - interval '3 days', now() - i * interval '1 min',
-                now(), NULL, NULL, NULL, '[{"attempt": 5, "error": "boom"}]'::jsonb""",
-        }
-        for name, columns in states.items():
-            cur.execute(f"""{common}
-                SELECT {uid}, ({queues_sql})[1 + mod(i, 4)], 'github', 'event', '{name} #' || i, '{{}}'::jsonb,
-                    '{name}-' || i, {columns}
-                FROM generate_series(1, %s) i""", [MIX[name]])  # fmt: skip
+    # History: done over the last 30 days, spread over all queues.
+    h.seed_todos(
+        done,
+        queue=QUEUES,
+        state="done",
+        created_at="now() - interval '30 days' + g * interval '2 seconds'",
+        title="'done #' || g",
+        payload="jsonb_build_object('n', g)",
+        idempotency_key="'done-' || g",
+        owner="'worker'",
+        updated_at="at",
+        **common,
+    )
+    # Pending: the last hour, per queue.
+    for q, n in PENDING.items():
+        h.seed_todos(
+            n,
+            queue=q,
+            created_at="now() - interval '1 hour' + g * interval '50 ms'",
+            title="'pending #' || g",
+            payload="jsonb_build_object('n', g)",
+            idempotency_key=f"'pending-{q}-' || g",
+            **common,
+        )
+    # The rest over the four busy queues.
+    for name, n in MIX.items():
+        shape = dict(BY_STATE[name])
+        h.seed_todos(
+            n,
+            queue=QUEUES[:4],
+            state=shape.pop("state"),
+            created_at=shape.pop("created_at"),
+            title=f"'{name} #' || g",
+            idempotency_key=f"'{name}-' || g",
+            **common,
+            **shape,
+        )
     with connection.cursor() as cur:
         # VACUUM cannot run inside a transaction; Django's connection is in autocommit here.
         cur.execute("VACUUM (ANALYZE) todos_todo")
@@ -370,7 +384,7 @@ def write(result: list[Plan]) -> None:
         "  reaper keeps them few; if an outage leaves tens of thousands, claims slow until it has swept.",
         "- Prepared, CLAIM_NEXT must keep custom plans (PostgreSQL's default choice here): forced generic plans",
         "  (`plan_cache_mode = force_generic_plan`) made the raw claim+complete loop of",
-        "  bench/queue_throughput.py ten times slower (784 -> 77 jobs/s, one worker).",
+        "  `make bench` ten times slower (784 -> 77 jobs/s, one worker).",
         "",
     ]
     for plan in result:
@@ -397,7 +411,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reseed", action="store_true", help="truncate and seed again")
     args = parser.parse_args()
-    _django.migrate()
     have = one("SELECT count(*) FROM todos_todo")[0]
     if args.reseed or have != TOTAL:
         seed()

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/ops_queries.py [--rows 1000000] [--purge]
 
-Uses its own database (switchboard_bench_ops) on the embedded server, or DATABASE_URL if set (then
-that database is filled: point it at a scratch database). Seeds once: 90% done (completed over the
+Uses the scratch database switchboard_bench_ops (bench/harness.py: on the embedded server, or on the
+server of DATABASE_URL). Seeds once: 90% done (completed over the
 last 14 days), 8% pending, and claimed, retry-waiting and dead-lettered rows over 20 queues, plus
 events; then prints each statement's plan and its median time over several runs. --purge then runs
 the real purge (7/90 days) and reports batch times: the longest any lock is held.
@@ -12,58 +12,23 @@ the real purge (7/90 days) and reports batch times: the longest any lock is held
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DEBUG", "true")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_ops")
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+from bench import harness as h
 
-import django
+h.scratch_django("ops", fresh=False, DEBUG="true")
 
-django.setup()
-
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from todos import retention, sql, states  # noqa: E402
 
 ALL_QUEUES = {"visible": ["%"]}
 
-SEED = [
-    """INSERT INTO todos_queue (name, created_at)
-    SELECT 'queue-' || q, now() FROM generate_series(0, 19) q ON CONFLICT DO NOTHING""",
-    """INSERT INTO events_event (id, source, type, delivery_id, payload, headers, received_at)
-    SELECT 'ev_' || i, 'github', 'push', 'd' || i, '{}', '{}',
-        now() - (i %% 14) * interval '1 day' - interval '1 hour'
-    FROM generate_series(1, %(events)s) i""",
-    # Every 10th todo belongs to an event (two per event).
-    """INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state,
-        owner, lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-        next_retry_at, lease_id, errors)
-    SELECT 'td_' || i, 'queue-' || (i %% 20), '', 'job', 'a todo', '{"n": 1}',
-        CASE WHEN i %% 10 = 0 AND (i / 10 + 1) / 2 <= %(events)s THEN 'ev_' || ((i / 10 + 1) / 2) END,
-        NULL, NULL,
-        CASE WHEN i <= %(done)s THEN 'done'
-             WHEN i <= %(done)s + %(pending)s THEN 'pending'
-             WHEN i <= %(done)s + %(pending)s + %(claimed)s THEN 'claimed'
-             ELSE 'failed' END,
-        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'worker' END,
-        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s
-             THEN now() + interval '5 minutes' END,
-        1, 5, NULL,
-        now() - (i %% 336) * interval '1 hour', now() - (i %% 2880) * interval '1 hour', NULL,
-        CASE WHEN i <= %(done)s THEN now() - (i %% 336) * interval '1 hour' END,
-        CASE WHEN i > %(done)s + %(pending)s + %(claimed)s AND i %% 6 = 0 THEN now() + interval '1 hour' END,
-        CASE WHEN i > %(done)s + %(pending)s AND i <= %(done)s + %(pending)s + %(claimed)s THEN 'ls_' || i END,
-        '[]'
-    FROM generate_series(1, %(rows)s) i""",
-]
+QUEUES = [f"queue-{q}" for q in range(20)]
 
 
 def seed(rows: int) -> None:
@@ -72,12 +37,36 @@ def seed(rows: int) -> None:
         if cursor.fetchone()[0] >= rows:
             return
         cursor.execute("TRUNCATE todos_todo, events_event CASCADE")
-        done, pending, claimed = int(rows * 0.90), int(rows * 0.08), int(rows * 0.002)
-        started = time.monotonic()
-        params = {"rows": rows, "done": done, "pending": pending, "claimed": claimed, "events": rows // 20}
-        for statement in SEED:
-            cursor.execute(statement, params)
-        print(f"seeded {rows:,} todos in {time.monotonic() - started:.1f}s")
+    done, pending, claimed = int(rows * 0.90), int(rows * 0.08), int(rows * 0.002)
+    events = rows // 20
+    started = time.monotonic()
+    h.seed_events(
+        events,
+        id="'ev_' || g",
+        delivery_id="'d' || g",
+        received_at="now() - (g %% 14) * interval '1 day' - interval '1 hour'",
+    )
+    # Row g of the whole series: done first, then pending, claimed and failed (every 6th waiting for a
+    # retry, the rest dead-letters), over 20 queues and 14 days; every 10th todo belongs to an event (two
+    # per event).
+    shape = {
+        "id": "'td_' || g",
+        "source": "''",
+        "kind": "'job'",
+        "title": "'a todo'",
+        "payload": """'{"n": 1}'::jsonb""",
+        "event_id": f"CASE WHEN g %% 10 = 0 AND (g / 10 + 1) / 2 <= {events} THEN 'ev_' || ((g / 10 + 1) / 2) END",
+        "created_at": "now() - (g %% 336) * interval '1 hour'",
+        "updated_at": "now() - (g %% 2880) * interval '1 hour'",
+    }
+    failed = rows - done - pending - claimed
+    h.seed_todos(done, queue=QUEUES, state="done", **shape)
+    h.seed_todos(pending, queue=QUEUES, first=done + 1, **shape)
+    h.seed_todos(claimed, queue=QUEUES, state="claimed", first=done + pending + 1, **shape)
+    first_failed = done + pending + claimed + 1
+    h.seed_todos(failed, queue=QUEUES, state="retry_waiting", first=first_failed, where="g %% 6 = 0", **shape)
+    h.seed_todos(failed, queue=QUEUES, state="dead", first=first_failed, where="g %% 6 <> 0", **shape)
+    print(f"seeded {rows:,} todos in {time.monotonic() - started:.1f}s")
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE todos_todo")
         cursor.execute("VACUUM ANALYZE events_event")
@@ -110,7 +99,6 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--purge", action="store_true", help="Then run the real purge and time its batches.")
     args = parser.parse_args()
-    call_command("migrate", verbosity=0)
     seed(args.rows)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT state, ({states.NO_RETRY.sql()}), count(*) FROM todos_todo GROUP BY 1, 2 ORDER BY 1, 2")

@@ -4,31 +4,23 @@ todos each one made and a replay action (re-run routing; runnable todos are not 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import lookup_field, quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from events import router as event_router
 from events.models import Event
+from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, distinct_values
+from todos.models import Todo
 
-EVENT_ID_RE = re.compile(r"^ev_[0-9a-f]{1,32}$")
 MAX_TODOS_SHOWN = 100
-
-
-def replay_function() -> Callable[[Event], Any] | None:
-    """ingest.routing.replay; the action is hidden in an installation without it."""
-    try:
-        from ingest.routing import replay  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return replay  # type: ignore[no-any-return]
 
 
 class _IndexedValueFilter(admin.SimpleListFilter):
@@ -38,7 +30,7 @@ class _IndexedValueFilter(admin.SimpleListFilter):
         # A skip scan of the column's (column, received_at) index: no DISTINCT over every event.
         return [(v, v) for v in distinct_values("events_event", self.column, limit=100)]
 
-    def queryset(self, request: Any, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: Any, queryset: QuerySet[Event]) -> QuerySet[Event]:
         return queryset.filter(**{self.column: self.value()}) if self.value() else queryset
 
 
@@ -59,7 +51,7 @@ def _pretty(value: Any) -> SafeString:
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(admin.ModelAdmin[Event]):
     list_display = ("id", "source", "type", "delivery_id", "received_at")
     list_filter = (SourceFilter, TypeFilter)
     search_fields = ("id", "delivery_id")
@@ -89,7 +81,7 @@ class EventAdmin(admin.ModelAdmin):
     def has_replay_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("todos.change_todo")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         qs = super().get_queryset(request)
         match = request.resolver_match
         if match is None or match.url_name != "events_event_change":
@@ -98,15 +90,17 @@ class EventAdmin(admin.ModelAdmin):
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        if replay_function() is None:
+        if event_router.current() is None:  # an installation without a router (ingest): nothing to replay
             actions.pop("replay", None)
         return actions
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Event], search_term: str
+    ) -> tuple[QuerySet[Event], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
-        if EVENT_ID_RE.match(term):
+        if ids.is_id(term, ids.EVENT):
             return queryset.filter(pk=term), False
         return queryset.filter(delivery_id=term), False
 
@@ -120,8 +114,9 @@ class EventAdmin(admin.ModelAdmin):
 
     @admin.display(description="todos")
     def todos_list(self, obj: Event) -> SafeString | str:
-        from todos.admin_display import state_badge
-
+        # The todos admin renders each todo's state badge; asked through the admin site's registry, so
+        # this app never imports the todos admin.
+        todo_admin = self.admin_site.get_model_admin(Todo)
         todos = list(
             obj.todos.only("id", "queue", "kind", "title", "state", "next_retry_at").order_by("created_at")[
                 : MAX_TODOS_SHOWN + 1
@@ -133,7 +128,14 @@ class EventAdmin(admin.ModelAdmin):
             "",
             '<li><a href="{}">{}</a> {} {} “{}” {}</li>',
             (
-                (reverse("admin:todos_todo_change", args=[t.pk]), t.pk, t.queue, t.kind, t.title, state_badge(t))
+                (
+                    reverse("admin:todos_todo_change", args=[quote(t.pk)]),
+                    t.pk,
+                    t.queue,
+                    t.kind,
+                    t.title,
+                    lookup_field("state_badge", t, todo_admin)[2],
+                )
                 for t in todos[:MAX_TODOS_SHOWN]
             ),
         )
@@ -143,9 +145,9 @@ class EventAdmin(admin.ModelAdmin):
         return format_html("<ul>{}</ul>{}", items, more)
 
     @admin.action(description="Replay: re-run routing (runnable todos are not duplicated)", permissions=["replay"])
-    def replay(self, request: HttpRequest, queryset: QuerySet) -> None:
-        replay = replay_function()
-        if replay is None:
+    def replay(self, request: HttpRequest, queryset: QuerySet[Event]) -> None:
+        router = event_router.current()
+        if router is None:
             self.message_user(request, "Replay is not available in this installation.", messages.ERROR)
             return
         events = list(queryset[:MAX_TODOS_SHOWN])
@@ -153,12 +155,12 @@ class EventAdmin(admin.ModelAdmin):
         failures = []
         for event in events:
             try:
-                routed = replay(event) or []
+                routed = router.replay(event)
             except Exception as exc:  # e.g. RoutingFailed: report it and go on with the other events
                 failures.append(f"{event.pk}: {exc}")
                 continue
             replayed += 1
-            new = sum(1 for r in routed if getattr(r, "created", False))
+            new = sum(1 for r in routed if r.created)
             created += new
             existing += len(routed) - new
             self.log_change(request, event, f"Replayed: {new} new todo(s), {len(routed) - new} already there")

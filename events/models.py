@@ -1,27 +1,29 @@
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 from django.db import models
 from django.db.models.functions import Now
+
+from events import router as event_router
+from switchboard import ids
 
 if TYPE_CHECKING:
     from todos.models import Agent
 
 
 def new_event_id() -> str:
-    return f"ev_{uuid.uuid4().hex}"
+    return ids.new_id(ids.EVENT)
 
 
 class EventQuerySet(models.QuerySet["Event"]):
     def visible_to(self, agent: Agent) -> EventQuerySet:
         """The scope rule: an agent sees an event if any route of its source (active or not, so history
         stays visible) targets a queue within the agent's claim or create scopes."""
-        from ingest.models import Route  # ingest depends on events, not the reverse, at import time
-
-        slugs = Route.objects.filter(queue__like_any=agent.visible_like_patterns()).values("source__slug")
-        return self.filter(source__in=slugs)
+        router = event_router.current()
+        if router is None:
+            return self.none()
+        return self.filter(source__in=router.visible_sources(agent))
 
 
 class Event(models.Model):

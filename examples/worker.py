@@ -6,8 +6,10 @@
 
 Loop: long-poll claim (one todo), run the handler while a heartbeat thread extends the lease, then
 complete with the handler's return value or fail with the exception's text. SIGTERM or SIGINT stops
-it gracefully: the lease in hand is released (the todo is pending again at once, its attempt given
-back) and the process exits. SIGKILL leaves the lease to lapse; the todo comes back when it does.
+it within a second, even mid long-poll: the lease in hand is released (the todo is pending again at
+once, its attempt given back), a long-poll in flight is aborted (a todo it brings back in that moment
+is released too) and the process exits. SIGKILL leaves the lease to lapse; the todo comes back when it
+does.
 
 Handlers: ``sleep:N`` (sleep N seconds, return {"slept": N}), ``crash`` (raise), ``echo`` (return the
 payload), or ``module:function`` taking the todo (a dict) and returning a JSON value.
@@ -16,13 +18,17 @@ payload), or ``module:function`` taking the todo (a dict) and returning a JSON v
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib
+import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -60,9 +66,44 @@ class Client:
         self.timeout = timeout
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
+        self.token = token
+        # The long-poll runs on its own connection, kept here so that a stop can cut it (requests
+        # offers no way to abort a call from another thread).
+        self._poll: http.client.HTTPConnection | None = None
+        self._poll_lock = threading.Lock()
 
     def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> requests.Response:
         return self.session.post(self.base + path, json=body, timeout=timeout or self.timeout)
+
+    def long_poll(self, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
+        """POST on a connection that ``abort_poll`` can cut; (status, JSON body). Raises OSError or
+        http.client.HTTPException when cut or unreachable."""
+        url = urllib.parse.urlsplit(self.base + path)
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = kind(url.netloc, timeout=timeout)
+        with self._poll_lock:
+            self._poll = conn
+        try:
+            headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+            conn.request("POST", url.path, body=json.dumps(body), headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            return response.status, json.loads(data) if data else None
+        finally:
+            with self._poll_lock:
+                self._poll = None
+            conn.close()
+
+    def abort_poll(self, how: int = socket.SHUT_RDWR) -> None:
+        """Cut the long-poll in flight, if any. SHUT_WR only tells the server we are going (it then
+        claims nothing) while an answer already on its way can still be read; SHUT_RDWR ends it."""
+        with self._poll_lock:
+            sock = self._poll.sock if self._poll is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(how)
+                except OSError:  # already closed
+                    pass
 
 
 class Worker:
@@ -76,6 +117,7 @@ class Worker:
         self.polling = threading.Event()
         self.lock = threading.Lock()
         self.in_hand: dict[str, Any] | None = None  # the todo we hold a lease on
+        self.refused = False  # the server refused our claims: the process exits non-zero
 
     # --- the loop (a background thread) -------------------------------------------------------------
     def run(self) -> None:
@@ -84,6 +126,8 @@ class Worker:
                 todo = self.claim()
                 if todo is not None:
                     self.work(todo)
+                elif self.args.drain:
+                    return
             except requests.RequestException as exc:
                 log.warning("server unreachable (%s); retrying in 1 s", exc.__class__.__name__)
                 self.stopping.wait(1.0)
@@ -98,15 +142,25 @@ class Worker:
         }
         self.polling.set()
         try:
-            response = self.client.post("/todos/claim/", body, timeout=self.args.wait + 10)
+            if self.stopping.is_set():
+                return None
+            status, answer = self.client.long_poll("/todos/claim/", body, timeout=self.args.wait + 10)
+        except (OSError, http.client.HTTPException) as exc:
+            if self.stopping.is_set():  # cut by the stop: nothing came back
+                return None
+            raise requests.ConnectionError(str(exc)) from exc
         finally:
             self.polling.clear()
-        if response.status_code >= 500:
-            log.warning("claim answered %s; retrying in 1 s", response.status_code)
+        if status >= 500:
+            log.warning("claim answered %s; retrying in 1 s", status)
             self.stopping.wait(1.0)
             return None
-        response.raise_for_status()
-        todos = response.json()["todos"]
+        if status != 200:  # a bad token, queues outside the scopes, bad flags: retrying cannot help
+            log.error("claim refused (%s): %s", status, (answer or {}).get("error"))
+            self.refused = True
+            self.stopping.set()
+            return None
+        todos = answer["todos"]
         if not todos:
             return None
         todo = todos[0]
@@ -188,6 +242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease", type=float, default=float(env("SWITCHBOARD_LEASE", "30")), help="seconds")
     parser.add_argument("--wait", type=float, default=20.0, help="long-poll seconds (0-20)")
     parser.add_argument("--name", default=env("SWITCHBOARD_WORKER", f"pid{os.getpid()}"), help="worker label")
+    parser.add_argument("--drain", action="store_true", help="exit once a claim comes back empty")
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("a token is needed: --token or SWITCHBOARD_TOKEN")
@@ -211,8 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     log.info("stopping")
     worker.stop()
     if worker.polling.is_set():
-        loop.join(timeout=args.wait + 10)
-    return 0
+        # Tell the server we are going, give a todo it claimed in that moment half a second to arrive
+        # (claim() releases it), then cut the connection: the whole stop stays under a second.
+        worker.client.abort_poll(socket.SHUT_WR)
+        loop.join(timeout=0.5)
+        worker.client.abort_poll()
+        loop.join(timeout=0.3)
+    return 1 if worker.refused else 0
 
 
 if __name__ == "__main__":

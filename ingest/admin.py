@@ -15,13 +15,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from events.models import Event
+from ingest import providers
 from ingest.models import Route, Source
 from ingest.routing import render_title
 
 PREVIEW_EVENTS = 20
 
 
-class SourceForm(forms.ModelForm):
+class SourceForm(forms.ModelForm[Source]):
     new_secret = forms.CharField(
         label="Secret",
         required=False,
@@ -52,10 +53,13 @@ class SourceForm(forms.ModelForm):
         fields = ("slug", "provider", "is_active")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         source = self.instance
         new_secret = data.get("new_secret") or ""
-        if not new_secret and not source.secret:
+        provider = providers.PROVIDERS.get(data.get("provider") or "")
+        pulled = provider is not None and not provider.accepts_webhooks  # nothing is signed, so no secret
+        if not new_secret and not source.secret and not pulled:
             self.add_error("new_secret", "A new source needs its secret.")
             return data
         if new_secret:
@@ -69,7 +73,7 @@ class SourceForm(forms.ModelForm):
         return data
 
 
-class RouteInline(admin.TabularInline):
+class RouteInline(admin.TabularInline[Route, Source]):
     model = Route
     extra = 1
     fields = ("event_pattern", "queue", "kind", "title_template", "assignee", "max_attempts", "is_active", "preview")
@@ -84,7 +88,7 @@ class RouteInline(admin.TabularInline):
 
 
 @admin.register(Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(admin.ModelAdmin[Source]):
     form = SourceForm
     inlines = [RouteInline]
     list_display = ("slug", "provider", "is_active", "webhook_path", "has_previous_secret", "route_count", "created_at")

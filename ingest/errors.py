@@ -4,41 +4,45 @@ BodyTooLarge 413, InvalidDelivery 400, RoutingFailed and DeliveryBusy 503)."""
 
 from __future__ import annotations
 
-from todos.errors import QueueError
+from switchboard.errors import ApplicationError
 
 
-class SignatureInvalid(QueueError):
+class IngestError(ApplicationError):
+    """A delivery refused: the base the receiver catches (the queue's own errors are not these)."""
+
+
+class SignatureInvalid(IngestError):
     """The signature is missing, malformed, made with another secret, or its timestamp is stale."""
 
     code = "unauthorized"
 
 
-class UnknownSource(QueueError):
+class UnknownSource(IngestError):
     """No active source has this slug (an inactive source answers the same, so slugs do not leak)."""
 
     code = "not_found"
 
 
-class BodyTooLarge(QueueError):
+class BodyTooLarge(IngestError):
     """The raw body is over INGEST_MAX_BODY_BYTES."""
 
     code = "too_large"
 
 
-class InvalidDelivery(QueueError):
+class InvalidDelivery(IngestError):
     """The delivery is authentic but unusable: not a JSON object, or no delivery id or event type."""
 
     code = "invalid"
 
 
-class RoutingFailed(QueueError):
+class RoutingFailed(IngestError):
     """A route could not make its todo (e.g. a misconfigured queue). Nothing is stored and the provider
     is told to retry (503): the delivery is fine, our configuration is not."""
 
     code = "unavailable"
 
 
-class DeliveryBusy(QueueError):
+class DeliveryBusy(IngestError):
     """A redelivery's original was deleted (purged) while we looked at it, repeatedly: ask for a retry."""
 
     code = "unavailable"

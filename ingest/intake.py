@@ -8,7 +8,6 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
@@ -62,18 +61,8 @@ def _check_storable(payload: Any) -> None:
                 raise InvalidDelivery("The payload contains an unpaired UTF-16 surrogate.") from exc
 
 
-def parse_payload(raw_body: bytes, *, content_type: str = "", provider: str = "") -> dict[str, Any]:
-    """The delivery's JSON object. GitHub may also send ``application/x-www-form-urlencoded`` with the
-    JSON in a ``payload`` field (its signature still covers the raw form body)."""
-    text: str | bytes = raw_body
-    if provider == "github" and content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
-        try:
-            fields = parse_qs(raw_body.decode("utf-8"), strict_parsing=True)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InvalidDelivery("The form body is malformed.") from exc
-        if len(fields.get("payload", [])) != 1:
-            raise InvalidDelivery("The form body has no payload field.")
-        text = fields["payload"][0]
+def parse_payload(text: bytes | str) -> dict[str, Any]:
+    """The delivery's JSON object, from the JSON text its provider found in the body."""
     try:
         payload = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -92,10 +81,13 @@ def store_and_route(
     payload: dict[str, Any],
     headers: dict[str, str],
     routes: list[Route],
+    savepoint: bool = True,
 ) -> Outcome:
-    """Insert the event and make its todos in one transaction, or recognise a redelivery and make nothing."""
+    """Insert the event and make its todos in one transaction, or recognise a redelivery and make nothing.
+    Inside a caller's transaction this is a savepoint, unless ``savepoint=False``: then a failure here
+    aborts the caller's whole transaction (a batch that saves two round trips per delivery for it)."""
     event_id = new_event_id()
-    params = {
+    params: dict[str, str | Jsonb] = {
         "id": event_id,
         "source": source,
         "type": event_type,
@@ -103,11 +95,12 @@ def store_and_route(
         "payload": Jsonb(payload),
         "headers": Jsonb(headers),
     }
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         # A second pass only if the stored original vanished (purged) between our INSERT and the read.
         for _ in range(3):
             with connection.cursor() as cursor:
-                cursor.execute(INSERT_EVENT, params)
+                # psycopg adapts its Jsonb wrapper; the stub lists only plain Python types as parameters.
+                cursor.execute(INSERT_EVENT, params)  # type: ignore[arg-type]
                 row = cursor.fetchone()
             if row is not None:
                 break

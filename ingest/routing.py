@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from events.models import Event
 from ingest.errors import RoutingFailed
@@ -124,3 +125,14 @@ def replay(event: Event, *, agent: Agent | None = None) -> list[Routed]:
         routes = [r for r in routes if agent.may_create_in(r.queue)]
     with transaction.atomic():
         return route_event(event, routes)
+
+
+class IngestRouter:
+    """ingest's side of the events seam (events/router.py), registered in IngestConfig.ready()."""
+
+    def replay(self, event: Event, *, agent: Agent | None = None) -> list[Routed]:
+        return replay(event, agent=agent)
+
+    def visible_sources(self, agent: Agent) -> QuerySet[Route, Any]:
+        # Every route, active or not, so an agent keeps seeing the history of a route switched off.
+        return Route.objects.filter(queue__like_any=agent.visible_like_patterns()).values("source__slug")

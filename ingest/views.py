@@ -14,12 +14,11 @@ from django.db import DatabaseError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from ingest import intake, signatures
-from ingest.errors import BodyTooLarge, InvalidDelivery, SignatureInvalid, UnknownSource
+from ingest import intake, providers
+from ingest.errors import BodyTooLarge, IngestError, InvalidDelivery, SignatureInvalid, UnknownSource
 from ingest.models import Source
 from switchboard.api import STATUS_BY_CODE, error_body
 from switchboard.metrics import INGEST_DELIVERIES
-from todos.errors import QueueError
 
 logger = logging.getLogger("ingest")
 
@@ -53,7 +52,7 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
-def _error(exc: QueueError) -> JsonResponse:
+def _error(exc: IngestError) -> JsonResponse:
     status = STATUS_BY_CODE[exc.code]
     headers = {"Retry-After": "1"} if status == 503 else None
     return JsonResponse(error_body(exc.code, exc.detail, **exc.extra), status=status, headers=headers)
@@ -72,11 +71,13 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
     try:
         raw_body = _read_body(request, settings.INGEST_MAX_BODY_BYTES)
         source = Source.objects.filter(slug=slug, is_active=True).first()
-        if source is None:
+        provider = providers.PROVIDERS.get(source.provider) if source is not None else None
+        # A pull-only source (its provider verifies nothing) answers as if it did not exist.
+        if source is None or provider is None or not provider.accepts_webhooks:
             raise UnknownSource(f"No active source {slug!r}.")
-        verified = signatures.verify(source.provider, raw_body, request.headers, source.secrets())
-        payload = intake.parse_payload(raw_body, content_type=request.content_type or "", provider=source.provider)
-        delivery_id, event_type = signatures.identify(verified, payload)
+        verified = provider.authenticate(raw_body, request.headers, source.secrets())
+        payload = intake.parse_payload(provider.json_text(raw_body, request.content_type or ""))
+        delivery_id, event_type = provider.identify(verified, payload)
         outcome = intake.store_and_route(
             source=source.slug,
             event_type=event_type,
@@ -85,7 +86,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
             headers=verified.headers,
             routes=list(source.routes.filter(is_active=True).order_by("id")),
         )
-    except QueueError as exc:
+    except IngestError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)
         _count(source, next((outcome for kind, outcome in _REFUSED if isinstance(exc, kind)), "failed"))
         return _error(exc)

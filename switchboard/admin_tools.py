@@ -4,13 +4,16 @@ DISTINCT for filter choices."""
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any, cast
 
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
+from django.http import HttpRequest
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator[Any]):
     """Counts without COUNT(*) over millions of rows.
 
     Unfiltered, the count is PostgreSQL's estimate (pg_class.reltuples, kept by autovacuum/ANALYZE).
@@ -20,14 +23,15 @@ class EstimatedCountPaginator(Paginator):
 
     cap = 10_000
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.count_is_estimate = False
         self.count_is_capped = False
 
     @cached_property
     def count(self) -> int:
-        qs: QuerySet = self.object_list  # type: ignore[assignment]
+        # The admin's changelists page querysets only (the paginator is theirs, not a general one).
+        qs = cast("QuerySet[Any]", self.object_list)
         if not qs.query.where:
             estimate = table_estimate(qs.model._meta.db_table)
             if estimate > self.cap:
@@ -38,6 +42,14 @@ class EstimatedCountPaginator(Paginator):
             self.count_is_capped = True
             return self.cap
         return n
+
+
+def staff_user_id(request: HttpRequest) -> int:
+    """The id of the user behind an admin request, for the admin log. admin_view lets only logged-in
+    staff reach an admin page, so an anonymous user here is a wiring mistake: refuse, never log as None."""
+    if request.user.pk is None:
+        raise PermissionDenied
+    return int(request.user.pk)
 
 
 def table_estimate(table: str) -> int:

@@ -1,31 +1,30 @@
-"""What every API view shares: Bearer-token authentication, the caller's identity, the one error
-shape, and cursor pagination. Apps' api/ packages build on these; none re-implements them."""
+"""What every API view shares: the one error shape, the JSON parser and cursor pagination. Apps'
+api/ packages build on these; none re-implements them. Who the caller is lives in todos/auth.py:
+this package imports no app."""
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.db.models.signals import post_delete, post_save
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
+from django.urls import Resolver404, resolve, reverse
+from django.utils.deprecation import MiddlewareMixin
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.request import Request
 from rest_framework.response import Response
 
-from todos.errors import QueueError
-from todos.models import Agent, hash_token
+from switchboard.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 
-# code -> HTTP status. QueueError subclasses (and ingest's errors) carry a code; this is the one place
-# that turns a code into a status.
+# code -> HTTP status. Every ApplicationError (the queue's, ingest's) carries a code; this is the one
+# place that turns a code into a status.
 STATUS_BY_CODE = {
     "invalid": 400,
     "unauthorized": 401,
@@ -35,97 +34,6 @@ STATUS_BY_CODE = {
     "too_large": 413,
     "unavailable": 503,
 }
-
-
-class AgentPrincipal:
-    """request.user for a request authenticated by an agent's token (request.auth is the Agent)."""
-
-    is_authenticated = True
-    is_active = True
-    is_staff = False
-    is_superuser = False
-    is_anonymous = False
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.username = agent.name
-        self.pk = None
-
-    def __str__(self) -> str:
-        return f"agent:{self.agent.name}"
-
-
-# token hash -> (monotonic expiry, Agent), when API_TOKEN_CACHE_SECONDS > 0. The token lookup is a
-# database round trip and about a third of an API request's CPU; cached, a revoked or deactivated
-# agent keeps working in other processes for up to that many seconds (this process forgets it at
-# once, on save). Only known tokens are cached, so unknown ones cannot fill it.
-_token_cache: dict[str, tuple[float, Agent]] = {}
-_TOKEN_CACHE_MAX = 10_000
-
-
-def _active_agent(token_hash: str) -> Agent | None:
-    ttl = settings.API_TOKEN_CACHE_SECONDS
-    if ttl > 0:
-        hit = _token_cache.get(token_hash)
-        if hit is not None and hit[0] > time.monotonic():
-            return hit[1]
-    agent = Agent.objects.filter(token_hash=token_hash, is_active=True).first()
-    if ttl > 0 and agent is not None:
-        if len(_token_cache) >= _TOKEN_CACHE_MAX:
-            _token_cache.clear()
-        _token_cache[token_hash] = (time.monotonic() + ttl, agent)
-    return agent
-
-
-def _forget_agent(sender: Any, instance: Agent, **kwargs: Any) -> None:
-    _token_cache.pop(instance.token_hash, None)
-
-
-post_save.connect(_forget_agent, sender=Agent, dispatch_uid="switchboard.api.forget_agent")
-post_delete.connect(_forget_agent, sender=Agent, dispatch_uid="switchboard.api.forget_agent.delete")
-
-
-class BearerTokenAuthentication(BaseAuthentication):
-    """``Authorization: Bearer <token>``; the token is looked up by its SHA-256 hash."""
-
-    keyword = b"bearer"
-
-    def authenticate(self, request: Request) -> tuple[AgentPrincipal, Agent] | None:
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword:
-            return None
-        if len(parts) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header: expected 'Bearer <token>'.")
-        try:
-            token = parts[1].decode("ascii")
-        except UnicodeDecodeError as exc:
-            raise exceptions.AuthenticationFailed("Invalid token.") from exc
-        # The lookup is by hash, an indexed equality on a digest: its timing reveals nothing about
-        # stored tokens, and the plaintext is never stored or logged.
-        agent = _active_agent(hash_token(token))
-        if agent is None:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
-        return AgentPrincipal(agent), agent
-
-    def authenticate_header(self, request: Request) -> str:
-        return 'Bearer realm="switchboard"'
-
-
-def caller_agent(request: Request) -> Agent:
-    """The Agent a request acts as. Staff users on a session act as an unsaved agent named after them
-    with every queue in scope (SPEC: staff reach the same API with their session)."""
-    if isinstance(request.auth, Agent):
-        return request.auth
-    user = request.user
-    if user is not None and user.is_authenticated and user.is_staff:
-        return Agent(
-            name=f"staff:{user.get_username()}",
-            claim_scopes=["*"],
-            create_scopes=["*"],
-            can_retry_dead_letters=True,
-            can_manage_queues=True,
-        )
-    raise exceptions.NotAuthenticated()
 
 
 def error_body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -155,7 +63,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     from rest_framework.views import set_rollback
 
     set_rollback()
-    if isinstance(exc, QueueError):
+    if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])
     if isinstance(exc, OperationalError | InterfaceError):
         logger.warning("database unavailable: %s", exc.__class__.__name__)
@@ -187,7 +95,7 @@ class SafeJSONParser(JSONParser):
     recursion limit. The size limit needs nothing here: DRF reads JSON bodies through
     ``request.body``, which enforces DATA_UPLOAD_MAX_MEMORY_SIZE (413 ``too_large``, tested)."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         try:
             return super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
@@ -203,15 +111,10 @@ class CreatedCursorPagination(CursorPagination):
     max_page_size = 500
 
 
-class DatabaseUnavailableMiddleware:
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
     """Outside DRF views too (ingest, admin, health), a lost database answers 503 JSON, never a 500
-    page with a trace; the next request reconnects (CONN_HEALTH_CHECKS)."""
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: Any) -> Any:
-        return self.get_response(request)
+    page with a trace; the next request reconnects (CONN_HEALTH_CHECKS). MiddlewareMixin makes it
+    async-capable, so under ASGI an async view behind it holds no thread."""
 
     def process_exception(self, request: Any, exception: Exception) -> JsonResponse | None:
         if isinstance(exception, OperationalError | InterfaceError) or (
@@ -223,4 +126,45 @@ class DatabaseUnavailableMiddleware:
                 status=503,
                 headers={"Retry-After": "1"},
             )
+        if request.path.startswith("/api/"):
+            # An API client never gets Django's HTML error page (DEBUG on or off); the trace goes to
+            # the log, with the request id the client sees.
+            logger.exception("unhandled error on %s %s", request.method, request.path)
+            return JsonResponse(error_body("internal", "An unexpected error occurred."), status=500)
         return None
+
+
+@csrf_exempt  # read-only; a POST gets the JSON 405 rather than the CSRF page
+def api_root(request: HttpRequest) -> JsonResponse:
+    """/api/v1/: where things are (the banner of `make run` links here). No authentication: it names
+    only public paths."""
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse(error_body("method_not_allowed", f'Method "{request.method}" not allowed.'), status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    return JsonResponse(
+        {
+            "todos": request.build_absolute_uri(reverse("todo-list")),
+            "queues": request.build_absolute_uri(reverse("queue-list")),
+            "events": request.build_absolute_uri(reverse("events:list")),
+            "schema": request.build_absolute_uri(reverse("schema")),
+            "docs": request.build_absolute_uri(reverse("api-docs")),
+        }
+    )
+
+
+@csrf_exempt  # it only ever answers 404; a session's POST must get that JSON, not the CSRF page
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Every unmatched path under /api/ answers JSON 404. Mounted last under api/, it also keeps
+    APPEND_SLASH from redirecting (or, for a POST, failing with a 500): a path that exists with a
+    trailing slash is named in the answer instead."""
+    extra: dict[str, Any] = {}
+    if not request.path.endswith("/"):
+        try:
+            match = resolve(request.path_info + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            extra["path"] = request.path + "/"
+    detail = f"No API path {request.path}." + (f" Did you mean {extra['path']}?" if extra else "")
+    return JsonResponse(error_body("not_found", detail, **extra), status=404)

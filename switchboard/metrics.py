@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 # --- Counted where they happen ---------------------------------------------------------------------
 
@@ -43,6 +43,23 @@ INGEST_OUTCOMES = (
     "rejected_too_large",  # 413
     "rejected_invalid",  # authentic but unusable: not JSON, no delivery id or type (400)
     "failed",  # our side (database, a misconfigured route): 503, the provider retries
+)
+
+# Counted by manage.py consume_stream (ingest/streams.py), labelled by the stream's name (one series
+# per stream a deployer configures). read: entries handed to this consumer, by how (new: XREADGROUP >;
+# pending: its own unacked entries, re-read after a restart or an outage; claimed: XAUTOCLAIM from a
+# consumer that went quiet). outcome: stored (a new event), duplicate (acked, nothing new), rejected
+# (recorded in the rejected stream and acked), failed (a route could not make its todo: left pending).
+STREAM_ENTRIES_READ = Counter(
+    "switchboard_stream_entries_read", "Redis Stream entries read, by stream and how.", ["stream", "via"]
+)
+STREAM_ENTRIES = Counter(
+    "switchboard_stream_entries", "Redis Stream entries handled, by stream and outcome.", ["stream", "outcome"]
+)
+STREAM_ERRORS = Counter(
+    "switchboard_stream_errors",
+    "Consumer passes that failed and were retried after a backoff, by what was unreachable (redis | database).",
+    ["stream", "cause"],
 )
 
 # Labelled by the resolved URL pattern (e.g. "api/v1/todos/<str:todo_id>/complete/"), never the raw
@@ -128,3 +145,44 @@ def render_latest() -> bytes:
 def parse_networks(values: list[str]) -> list[Any]:
     """METRICS_ALLOWED_NETWORKS: CIDRs (or single addresses); a bad entry is a configuration error."""
     return [ipaddress.ip_network(v.strip(), strict=False) for v in values if v.strip()]
+
+
+class StreamGroupCollector:
+    """The consumer group's backlog, read from Redis at scrape time (XINFO GROUPS): ``pending``
+    (delivered, not yet acked, across all its consumers) and ``lag`` (in the stream, not yet delivered).
+    Like the queue gauges, the shared store is the truth: every consumer of the group reports the same."""
+
+    def __init__(self, stream: str, group: str, read_group: Any) -> None:
+        self.stream, self.group = stream, group
+        self.read_group = read_group  # () -> {"pending": int, "lag": int | None} or None when Redis is down
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing is read from Redis at registration time
+
+    def collect(self) -> Iterator[Metric]:
+        labels = [self.stream, self.group]
+        up = GaugeMetricFamily(
+            "switchboard_stream_redis_up",
+            "1 if this scrape could read the group from Redis, else 0.",
+            labels=["stream", "group"],
+        )
+        info = self.read_group()
+        up.add_metric(labels, 0 if info is None else 1)
+        yield up
+        if info is None:
+            return
+        pending = GaugeMetricFamily(
+            "switchboard_stream_pending",
+            "Entries delivered to the group and not yet acked.",
+            labels=["stream", "group"],
+        )
+        pending.add_metric(labels, info["pending"])
+        yield pending
+        if info.get("lag") is not None:  # Redis cannot tell after some deletions: no sample rather than a guess
+            lag = GaugeMetricFamily(
+                "switchboard_stream_lag",
+                "Entries in the stream not yet delivered to the group.",
+                labels=["stream", "group"],
+            )
+            lag.add_metric(labels, info["lag"])
+            yield lag

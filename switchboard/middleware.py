@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
+from whitenoise.middleware import WhiteNoiseMiddleware  # type: ignore[import-untyped]
 
 from switchboard import metrics
 from switchboard.logs import accept_request_id, log_event, request_id_var
@@ -25,12 +27,22 @@ class RequestObservabilityMiddleware:
     structured log line per request, and latency by route pattern.
 
     Placed first in MIDDLEWARE so that it measures and logs everything after it, redirects included.
+    Sync and async: under ASGI a sync-only middleware would run the whole chain, async views
+    included, in a thread, and a waiting long-poll would hold it.
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    sync_capable = True
+    async_capable = True
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self._async:
+            return self._acall(request)
         request_id = accept_request_id(request.headers.get("X-Request-ID"))
         token = request_id_var.set(request_id)
         started = time.perf_counter()
@@ -43,6 +55,20 @@ class RequestObservabilityMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             self._observe(request, status, elapsed)
+            request_id_var.reset(token)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        request_id = accept_request_id(request.headers.get("X-Request-ID"))
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 500
+        try:
+            response: HttpResponse = await self.get_response(request)
+            status = response.status_code
+            response["X-Request-ID"] = request_id
+            return response
+        finally:
+            self._observe(request, status, time.perf_counter() - started)
             request_id_var.reset(token)
 
     def _observe(self, request: HttpRequest, status: int, elapsed: float) -> None:
@@ -68,3 +94,30 @@ def _agent_name(request: Any) -> str | None:
     # not looked up here: that would cost a query for a log field.
     auth = getattr(request, "auth", None)
     return getattr(auth, "name", None) if auth is not None else None
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):  # type: ignore[misc]
+    """WhiteNoise (the admin's static files, served by the web process itself), sync and async:
+    WhiteNoise's own middleware is sync-only, which under ASGI would put every request in a thread."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any], **kwargs: Any) -> None:
+        super().__init__(get_response, **kwargs)
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self._async:
+            return self._acall(request)
+        return super().__call__(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
+        if static_file is not None:
+            served: HttpResponse = await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            return served
+        response: Awaitable[HttpResponse] = self.get_response(request)
+        return await response

@@ -7,16 +7,30 @@ Convenient values (a development key, localhost hosts) apply only when DEBUG is 
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
+import django_stubs_ext
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from switchboard.logs import logging_config
 
+# Lets the generic Django classes the type checker sees (ModelAdmin[Todo], Paginator[Any]) be
+# subscripted at run time too; before any app module defines a class on them.
+django_stubs_ext.monkeypatch()
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+
+# Local development: `make run` writes a .env beside manage.py (DEBUG=true, a generated SECRET_KEY;
+# git-ignored), so commands run by hand (`.venv/bin/python manage.py create_agent ...`) get the same
+# settings as `make run`. Variables already in the environment win over the file. ENV_FILE names another
+# file, or "" for none (the test suite sets that, so a developer's .env cannot change what tests see).
+ENV_FILE = os.environ.get("ENV_FILE", str(BASE_DIR / ".env"))
+if ENV_FILE and Path(ENV_FILE).is_file():
+    environ.Env.read_env(ENV_FILE)
 
 DEBUG = env.bool("DEBUG", default=False)
 
@@ -51,7 +65,7 @@ MIDDLEWARE = [
     "switchboard.middleware.RequestObservabilityMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's static files from gunicorn itself: no separate web server needed.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "switchboard.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -65,7 +79,13 @@ ROOT_URLCONF = "switchboard.urls"
 WSGI_APPLICATION = "switchboard.wsgi.application"
 ASGI_APPLICATION = "switchboard.asgi.application"
 # ASGI apps served beside Django, by path prefix: {"/mcp": "dotted.path.to.app"} (switchboard/asgi.py).
-ASGI_MOUNTS: dict[str, str] = {}
+ASGI_MOUNTS: dict[str, str] = {
+    "/mcp": "todos.mcp.server.application",
+    "/.well-known/oauth-protected-resource": "todos.mcp.server.resource_metadata",
+}
+# Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
+# server's event loop, and a stop answers every waiting claim at once.
+ASGI_LIFESPAN: list[str] = ["todos.waiting"]
 
 TEMPLATES = [
     {
@@ -102,6 +122,8 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 # Persistent connections, checked before reuse so a restarted database is reconnected to
 # transparently instead of failing the first request after it comes back.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+# The same backend, with a health check that needs no round trip (switchboard/db/base.py).
+DATABASES["default"]["ENGINE"] = "switchboard.db"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))
@@ -144,7 +166,7 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "switchboard.api.BearerTokenAuthentication",
+        "todos.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -172,8 +194,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 # Seconds an API token's agent is remembered per process (0: looked up on every request). Saves a
-# query a request; a deactivated agent keeps working in other processes for up to this long.
-API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=0)
+# query a request. Every change to an agent clears every process's cache at once (NOTIFY, todos/auth.py);
+# this bound covers only writes that bypass the ORM's signals.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=60)
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 
@@ -194,6 +217,17 @@ REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)
+
+# --- Ingest (Redis Streams: manage.py consume_stream) ---------------------------------------------
+# The Redis the consumer reads from when --redis-url is not given (an environment variable keeps a
+# password out of the process list). An entry over INGEST_MAX_BODY_BYTES (all fields) is rejected.
+STREAM_REDIS_URL = env.str("STREAM_REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Where rejected entries are recorded (a Redis stream beside the one consumed; {stream} is its name),
+# trimmed to about this many entries.
+STREAM_REJECTED_STREAM = env.str("STREAM_REJECTED_STREAM", default="{stream}:rejected")
+STREAM_REJECTED_MAXLEN = env.int("STREAM_REJECTED_MAXLEN", default=10000)
+# The consumer serves its own counters and gauges on this port (0 = off), as the reaper does.
+STREAM_METRICS_PORT = env.int("STREAM_METRICS_PORT", default=0)
 
 # --- Security (production values unless DEBUG) ----------------------------------------------
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)

@@ -5,6 +5,8 @@ Tests run with DEBUG off, as production does; only the key and hosts are filled 
 
 import os
 
+# A developer's .env (make run's) must not turn DEBUG on under the tests.
+os.environ.setdefault("ENV_FILE", "")
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-0123456789abcdef")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")

@@ -1,21 +1,27 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from switchboard import health
-from todos import dashboard
+from switchboard import api, health
+
+# The operator console is Switchboard's, not "Django administration".
+admin.site.site_header = "Switchboard"
+admin.site.site_title = "Switchboard"
+admin.site.index_title = "Operations"
 
 urlpatterns = [
-    # Staff only (admin_view sends anyone else to the admin login).
-    path("admin/dashboard/", admin.site.admin_view(dashboard.dashboard_view), name="admin-dashboard"),
-    path("admin/dashboard.json", admin.site.admin_view(dashboard.dashboard_json), name="admin-dashboard-json"),
+    # The queue dashboard (staff only), before the admin's catch-all.
+    path("admin/", include("todos.admin_urls")),
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
     # Before the todos API's api/v1/ include, which would otherwise see events/ first.
     path("api/v1/events/", include("events.api.urls")),
+    path("api/v1/", api.api_root, name="api-root"),
     path("api/v1/", include("todos.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # Last under api/: anything unmatched answers JSON 404 (naming the slashed path if that exists).
+    re_path(r"^api/(?P<rest>.*)$", api.api_not_found, name="api-not-found"),
 ]
 
 # Operations. No trailing slash: probes and Prometheus use these exact paths (SECURE_REDIRECT_EXEMPT

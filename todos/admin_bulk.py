@@ -19,13 +19,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from switchboard.admin_tools import staff_user_id
 from todos.admin_ops import OPS, Outcome, apply
 
 if TYPE_CHECKING:
@@ -67,7 +68,12 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
         "opts": model_admin.model._meta,
         "title": f"{op.label}: every matching todo",
         "op": op,
-        "filters": [(spec.title, spec.value()) for spec in cl.filter_specs if spec.value()],
+        # Every filter of the todo list is a SimpleListFilter (todos/admin_filters.py).
+        "filters": [
+            (spec.title, spec.value())
+            for spec in cl.filter_specs
+            if isinstance(spec, admin.SimpleListFilter) and spec.value()
+        ],
         "search": cl.query,
         "changelist_url": _changelist_url(query),
     }
@@ -94,7 +100,7 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
         if not ids:
             finished = True
             break
-        totals.add(apply(op, ids, user_id=request.user.pk, operator=request.user.get_username(), note=note))
+        totals.add(apply(op, ids, user_id=staff_user_id(request), operator=request.user.get_username(), note=note))
         handled += len(ids)
         after = ids[-1]
 

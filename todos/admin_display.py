@@ -6,6 +6,9 @@ import json
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Func
+from django.db.models.fields.json import KT
+from django.db.models.functions import Left
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -15,6 +18,10 @@ from todos import states
 from todos.models import Todo
 
 MAX_JSON_CHARS = 100_000
+# The triage view groups dead-letters by their last error's first this many characters: enough to tell
+# "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
+# still mostly falls in one group.
+LAST_ERROR_CHARS = 120
 
 
 def state_badge(todo: Todo) -> SafeString:
@@ -22,6 +29,12 @@ def state_badge(todo: Todo) -> SafeString:
     # Colours come from the admin's own CSS variables (todos/static/todos/admin.css), so the badges
     # follow its light and dark themes.
     return format_html('<span class="sb-state sb-state-{}">{}</span>', label, label)
+
+
+def last_error() -> Func:
+    """The newest entry of ``errors`` (``errors #>> '{-1,error}'``), cut to LAST_ERROR_CHARS: the list
+    column, the triage groups and the last-error filter all use this one expression."""
+    return Left(KT("errors__-1__error"), LAST_ERROR_CHARS)
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -37,7 +50,8 @@ def relative(when: datetime | None) -> str:
     if when is None:
         return "—"
     now = timezone.now()
-    return f"in {timeuntil(when, now)}" if when > now else f"{timesince(when, now)} ago"
+    # One unit ("3 days", not "3 days, 4 hours"): the list's age and due columns stay one short line.
+    return f"in {timeuntil(when, now, depth=1)}" if when > now else f"{timesince(when, now, depth=1)} ago"
 
 
 def _parse(at: Any) -> datetime | None:

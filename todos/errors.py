@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
+
+from switchboard.errors import ApplicationError
 
 
-class QueueError(Exception):
-    code: ClassVar[str] = "error"
-
-    def __init__(self, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.extra = extra
+class QueueError(ApplicationError):
+    """A transition (todos/queue.py) refused: the base the queue's callers catch."""
 
 
 class TodoNotFound(QueueError):
@@ -34,6 +31,16 @@ class TodoConflict(QueueError):
     def __init__(self, detail: str, *, state: str, **extra: Any) -> None:
         super().__init__(detail, state=state, **extra)
         self.state = state
+
+
+class QueuesForbidden(QueueError):
+    """A claim named queues its caller may never claim from. Refused at once, instead of an empty answer
+    after the whole long-poll; ``queues`` lists them. Naming them leaks nothing: they come from the caller."""
+
+    code = "forbidden"
+
+    def __init__(self, queues: list[str]) -> None:
+        super().__init__(f"Outside this agent's claim scopes: {', '.join(queues)}.", queues=queues)
 
 
 class InvalidTransitionInput(QueueError):

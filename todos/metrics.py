@@ -128,7 +128,7 @@ def count_lapsed_claims(todos: Iterable[Todo]) -> None:
 LIVE_STATES = ("pending", "claimed", "failed")
 
 
-def queue_stats() -> dict[str, dict[str, float]]:
+def gauge_values() -> dict[str, dict[str, float]]:
     """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "oldest_pending_age"}} for every
     queue, from todos/selectors.queue_stats (the statement the API and the dashboard read too). Done
     todos are history, not queue state, and are not counted; the completion rate is
@@ -151,7 +151,7 @@ def queue_stats() -> dict[str, dict[str, float]]:
 
 
 class QueueStateCollector:
-    """Gauges computed from queue_stats(), cached per process for ``ttl`` seconds so that several
+    """Gauges computed from gauge_values(), cached per process for ``ttl`` seconds so that several
     Prometheus servers (or an impatient operator) scraping at once cost one query per ttl."""
 
     def __init__(self, ttl: float) -> None:
@@ -163,7 +163,7 @@ class QueueStateCollector:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= self.ttl:
-                self._cached = (now, queue_stats())
+                self._cached = (now, gauge_values())
             return self._cached[1]
 
     def clear(self) -> None:

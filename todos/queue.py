@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from todos import sql
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos import sql, states
+from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
@@ -147,6 +147,8 @@ def claim_next(
     """
     if not 1 <= limit <= MAX_CLAIM_BATCH:
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
+    if queues and (outside := agent.outside_claim_scopes(queues)):
+        raise QueuesForbidden(outside)
     todos = fetch_todos(
         sql.CLAIM_NEXT,
         {
@@ -241,7 +243,7 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
     return outcomes
 
 
-@counted("fail", lambda todo: "retry_scheduled" if todo.next_retry_at is not None else "dead_lettered")
+@counted("fail", lambda todo: "dead_lettered" if states.DEAD_LETTER.holds(todo) else "retry_scheduled")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
     return _with_receipt(
@@ -284,12 +286,12 @@ def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "",
 
 def requeue_lapsed(*, batch: int) -> LapseResult:
     """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
-    states = [state for _, _, state in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
-    dead = states.count("failed")
-    if states:
-        LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(states) - dead)
+    swept = [state for _, _, state in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
+    dead = swept.count(states.TodoState.FAILED)
+    if swept:
+        LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(swept) - dead)
         LEASE_LAPSES.labels(detected_by="reaper", outcome="dead_lettered").inc(dead)
-    return LapseResult(requeued=len(states) - dead, dead_lettered=dead)
+    return LapseResult(requeued=len(swept) - dead, dead_lettered=dead)
 
 
 def promote_due_retries(*, batch: int) -> int:

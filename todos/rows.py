@@ -51,7 +51,7 @@ _ATTNAMES = [f.attname for f in Todo._meta.concrete_fields]
 def todo_from_row(row: tuple[Any, ...], db: BaseDatabaseWrapper) -> Todo:
     """The Todo that Todo.objects.raw() would build from a row of sql.TODO_COLUMNS, for a fraction of its
     cost: no per-query column introspection, and (while nothing listens to Todo's init signals) no
-    Model.__init__, which only sets the same attributes one by one. bench/queue_throughput.py measures it."""
+    Model.__init__, which only sets the same attributes one by one. `make bench` measures it."""
     values = [row[i] for i in _ORDER]
     for i, field in _DECODE:
         values[i] = field.from_db_value(values[i], None, db)

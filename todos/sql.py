@@ -4,7 +4,7 @@ database's now() (SPEC decision 7), and RETURNING hands back the row as it is af
 
 Why raw SQL here and the ORM elsewhere: the claim scan needs one index lookup per queue (a LATERAL
 join, SPEC trap 1) and every transition must be a single guarded UPDATE ... RETURNING (trap 2);
-Django's ORM can express neither. bench/queue_throughput.py measures the result against the same
+Django's ORM can express neither. `make bench` measures the result against the same
 cycle written directly against psycopg.
 
 Parameters common to several statements:
@@ -26,7 +26,7 @@ _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotenc
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
-# Todos from them and bench/queue_throughput.py reads them by position.
+# Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
 
 # The caller holds the current receipt. A receipt stays current until the todo is claimed again
@@ -41,19 +41,22 @@ _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
 
 # Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
-# their own statement (no extra round trip); todos/listen.py wakes the long-polling claims of that
-# queue. A NOTIFY is delivered when the transaction commits, so a woken claimer sees the row, and
-# PostgreSQL folds identical (channel, payload) pairs of one transaction into one.
+# their own statement (no extra round trip); todos/waiting.py wakes that many long-polling claims of
+# that queue (a statement that changed n > 1 rows of a queue says "<queue> <n>"). A NOTIFY is
+# delivered when the transaction commits, so a woken claimer sees the row, and PostgreSQL
+# folds identical (channel, payload) pairs of one transaction into one.
 NOTIFY_CHANNEL = "switchboard_todos"
 
 
 def _notifying(changed: str, when: str = "true") -> str:
     """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
-    notifies each distinct queue of the rows that satisfy ``when``; it returns the same rows."""
+    notifies each distinct queue of the rows that satisfy ``when``, with their count when more than
+    one; it returns the same rows."""
     return f"""
 WITH changed AS ({changed}),
 notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM (SELECT DISTINCT queue FROM changed WHERE {when}) q
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
@@ -305,6 +308,10 @@ RETURNING {_TODO_COLUMNS}
     when=S.RETRY_DUE.sql(),
 )
 
+# Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
+# every other transition (release, lapse, fail, complete, operator steps), so a released and a lapsed
+# todo look alike. Only the receipt (lease_id) says whether a claim is still held.
+
 # release: -> pending, handing the attempt back (a voluntary release costs no retry budget). Not from
 # a dead-letter: handing back a lease the reaper dead-lettered at its cap would make it claimable again.
 # Notifies.
@@ -312,7 +319,6 @@ RELEASE = _notifying(f"""
 UPDATE todos_todo SET
     state = 'pending',
     attempt = GREATEST(attempt - 1, 0),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -331,7 +337,6 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry',
         'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -420,7 +425,6 @@ UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
     completed_at = now(),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -439,7 +443,6 @@ UPDATE todos_todo t SET
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator force-release',
         'operator', %(operator)s::text, 'owner', t.owner)),
-    owner = NULL,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -518,7 +521,7 @@ LEFT JOIN cancelled ON cancelled.queue = q.name
 ORDER BY q.name
 """
 
-# seconds_until_claimable (the long-poll, todos/listen.py): seconds (by the database's clock) until the
+# seconds_until_claimable (the long-poll, todos/waiting.py): seconds (by the database's clock) until the
 # earliest lease in the caller's queues lapses or the earliest scheduled retry comes due: work that
 # becomes claimable with no write and so no NOTIFY. Negative when such work is claimable already; NULL
 # when there is none. Same queue set and assignee rule as CLAIM_NEXT; paused queues are left out (resume
@@ -654,11 +657,24 @@ SELECT
 _QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst"
 
 
+# A queue change may make many todos claimable at once, and a notification wakes one waiter per count
+# (todos/waiting.py), so it says "<queue> <n>": n the queue's claimable todos, counted up to this many
+# (enough for every waiter a process holds at once; a waiter left asleep still wakes when its wait ends).
+_QUEUE_WAKES_MAX = 1000
+
+
 def _notifying_queue(changed: str) -> str:
-    """Like _notifying, for todos_queue: wakes the long-polls of the queue that changed."""
+    """Like _notifying, for todos_queue: wakes as many long-polls of the queue that changed as it has
+    claimable todos (at least one, at most _QUEUE_WAKES_MAX)."""
     return f"""
 WITH changed AS ({changed}),
-notified AS MATERIALIZED (SELECT pg_notify('{NOTIFY_CHANNEL}', name) FROM changed)
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', c.name || ' ' || GREATEST(1, (
+        SELECT count(*) FROM (
+            SELECT 1 FROM todos_todo t WHERE t.queue = c.name AND {S.CLAIMABLE.sql("t")} LIMIT {_QUEUE_WAKES_MAX}
+        ) claimable)))
+    FROM changed c
+)
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -77,10 +76,7 @@ class DrillDb:
     """A fresh database for one drill, migrated, with Django set up in this process."""
 
     def __init__(self, name: str, data_dir: Path | None = None) -> None:
-        self.server = h.pg_server(data_dir)
-        self.url = self.server.create_database(f"switchboard_drill_{name}")
-        h.migrate(self.url)
-        h.setup_django(self.url)
+        self.server, self.url = h.scratch_django(f"drill_{name}", server=h.pg_server(data_dir))
 
     def agent(self, name: str = "drill", scopes: tuple[str, ...] = ("drill*",)) -> tuple[Any, str]:
         from todos.models import Agent
@@ -95,7 +91,7 @@ class DrillDb:
         from django.db import connections
 
         connections.close_all()
-        with h.gunicorn(self.url, **env) as base:
+        with h.gunicorn(self.url, env=env) as base:
             yield base
 
 
@@ -122,35 +118,6 @@ def start_worker(argv: list[str], log: Path, **env: str) -> subprocess.Popen[byt
         return subprocess.Popen(argv, cwd=h.ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@contextlib.contextmanager
-def reaper(database_url: str, interval: float = 0.5) -> Iterator[subprocess.Popen[bytes]]:
-    """The reap_leases sidecar, as a deployment runs it."""
-    log = open(h.out_dir() / "drill-reaper.log", "ab")
-    proc = subprocess.Popen(
-        [h.PYTHON, "manage.py", "reap_leases", "--interval", str(interval)],
-        cwd=h.ROOT,
-        env=h.project_env(database_url, LOG_LEVEL="INFO"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield proc
-    finally:
-        stop(proc)
-        log.close()
-
-
 def wait_until(check_fn: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -170,7 +137,7 @@ def state_counts(queue: str) -> dict[str, int]:
     return dict(Todo.objects.filter(queue=queue).values_list("state").annotate(n=Count("id")).order_by())
 
 
-def seed_todos(queue: str, n: int, **kwargs: Any) -> list[str]:
-    from todos import queue as q
-
-    return [q.create(queue=queue, title=f"drill {i}", **kwargs)[0].id for i in range(n)]
+def seed_todos(queue: str, n: int) -> set[str]:
+    """n pending todos in ``queue`` (the harness's seeder), and their ids."""
+    h.seed_todos(n, queue=queue, title="'drill ' || g")
+    return {row[0] for row in h.sb_sql("SELECT id FROM todos_todo WHERE queue = %s", [queue])}

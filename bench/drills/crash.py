@@ -26,7 +26,7 @@ def drill(todos: int, workers: int, kill_every: float, timeout: float) -> None:
     _, token = db.agent()
     record_file = h.out_dir() / "drill-crash-records.txt"
     record_file.write_text("")
-    ids = set(c.seed_todos(QUEUE, todos))
+    ids = c.seed_todos(QUEUE, todos)
     with db.gunicorn(QUEUE_DEFAULT_LEASE_SECONDS=LEASE_SECONDS) as base:
         c.require_api(base, token)
         argv = c.worker_argv(base, token, QUEUE, "bench.drills.handlers:record")
@@ -57,7 +57,7 @@ def drill(todos: int, workers: int, kill_every: float, timeout: float) -> None:
             took = time.monotonic() - started
         finally:
             for p in procs:
-                c.stop(p)
+                h.stop(p)
     counts = c.state_counts(QUEUE)
     records = Counter(line.split()[0] for line in record_file.read_text().splitlines() if line.strip())
     twice = sum(n - 1 for n in records.values() if n > 1)

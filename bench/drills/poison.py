@@ -107,7 +107,7 @@ def over_http(db: c.DrillDb, token: str, max_attempts: int) -> None:
     from todos.models import Todo
 
     env = {"QUEUE_DEFAULT_LEASE_SECONDS": "2", "QUEUE_RETRY_BASE_SECONDS": "0.2", "QUEUE_RETRY_CAP_SECONDS": "1"}
-    with db.gunicorn(**env) as base, c.reaper(db.url, interval=0.5):
+    with db.gunicorn(**env) as base, h.reaper(db.url, interval=0.5, log_name="drill-reaper"):
         c.require_api(base, token)
         api = h.Api(base, token)
         log = h.out_dir() / "drill-poison-workers.log"
@@ -129,7 +129,7 @@ def over_http(db: c.DrillDb, token: str, max_attempts: int) -> None:
                         proc = c.start_worker(argv, log)
                     time.sleep(0.2)
             finally:
-                c.stop(proc)
+                h.stop(proc)
             todo.refresh_from_db()
             status, body = api.get(f"/api/v1/todos/{todo.id}/")
             errors = [e.get("error", "") for e in todo.errors]

@@ -4,24 +4,20 @@ Anything outside the caller's scope is 404, as if it did not exist."""
 
 from __future__ import annotations
 
-import re
-
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from events import router as event_router
 from events.api.serializers import EventListFilter, EventSerializer, EventSummarySerializer, ReplaySerializer
 from events.models import Event, EventQuerySet
-from ingest import routing
-from switchboard.api import CreatedCursorPagination, caller_agent
+from switchboard import ids
+from switchboard.api import CreatedCursorPagination
+from todos.auth import caller_agent
 from todos.models import Todo, TodoQuerySet
-
-# Event ids are "ev_" + 32 hex digits; anything else cannot exist, and must not reach a query (a NUL
-# character would make PostgreSQL refuse the statement).
-EVENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 _ERROR = OpenApiResponse(description='`{"error": {"code", "detail"}}`')
 _ERRORS = {401: _ERROR, 404: _ERROR, 503: _ERROR}
@@ -48,7 +44,7 @@ def visible_todos(request: Request) -> TodoQuerySet:
 
 
 def _event_or_404(request: Request, pk: str) -> Event:
-    event = visible_events(request).filter(pk=pk).first() if EVENT_ID_RE.match(pk) else None
+    event = visible_events(request).filter(pk=pk).first() if ids.is_id(pk, ids.EVENT) else None
     if event is None:
         raise NotFound(f"No event {pk[:40]!r}.")
     return event
@@ -60,7 +56,7 @@ def _event_or_404(request: Request, pk: str) -> Event:
     parameters=[OpenApiParameter("source", str), OpenApiParameter("type", str)],
     responses={200: EventSummarySerializer(many=True), 400: _ERROR, 401: _ERROR, 503: _ERROR},
 )
-class EventList(generics.ListAPIView):
+class EventList(generics.ListAPIView[Event]):
     serializer_class = EventSummarySerializer
     pagination_class = EventCursorPagination
 
@@ -87,9 +83,15 @@ class EventReplay(APIView):
 
     @extend_schema(summary="Replay an event's routing", request=None, responses={200: ReplaySerializer, **_ERRORS})
     def post(self, request: Request, pk: str) -> Response:
+        # It takes no body; any field given is unknown (400 naming it), as on every API write. Only a
+        # JSON body is read: an empty POST of any content type (curl -X POST) stays a plain replay.
+        has_json = request.content_type.startswith("application/json") and request.body.strip()
+        if has_json and isinstance(request.data, dict) and request.data:
+            raise ValidationError({k: ["Unknown field; replay takes no body."] for k in sorted(request.data)})
         event = _event_or_404(request, pk)
         agent = None if _is_staff(request) else caller_agent(request)
-        routed = routing.replay(event, agent=agent)
+        router = event_router.current()
+        routed = router.replay(event, agent=agent) if router is not None else []
         body = ReplaySerializer(
             {
                 "event_id": event.id,

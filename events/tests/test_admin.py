@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from events import admin as event_admin
+from events import router as event_router
 from events.models import Event
 from todos import queue
 
@@ -41,24 +42,25 @@ def test_event_detail_shows_payload_and_its_todos(admin_client, events):
     todo, _ = queue.create(queue="q", title="from the push", event_id=events[0].id)
     body = admin_client.get(reverse("admin:events_event_change", args=[events[0].id])).content.decode()
     assert "&quot;ref&quot;: &quot;main&quot;" in body
-    assert reverse("admin:todos_todo_change", args=[todo.id]) in body
+    assert reverse("admin:todos_todo_change", args=[quote(todo.id)]) in body
     assert 'name="_save"' not in body
 
 
-def test_replay_action_is_hidden_until_ingest_provides_it(admin_client, events, monkeypatch):
+def test_replay_action_is_hidden_until_a_router_is_registered(admin_client, events, monkeypatch):
     url = reverse("admin:events_event_changelist")
-    monkeypatch.setattr(event_admin, "replay_function", lambda: None)
+    monkeypatch.setattr(event_router, "_router", None)
     assert b'value="replay"' not in admin_client.get(url).content
 
     replayed = []
 
-    def fake_replay(event):  # stands in for ingest.routing.replay: no database is faked here
-        replayed.append(event.id)
-        if event.delivery_id == "d3":
-            raise RuntimeError("route 4 could not make its todo")
-        return [SimpleNamespace(created=True), SimpleNamespace(created=False)]
+    class FakeRouter:  # stands in for ingest's router: no database is faked here
+        def replay(self, event, *, agent=None):
+            replayed.append(event.id)
+            if event.delivery_id == "d3":
+                raise RuntimeError("route 4 could not make its todo")
+            return [SimpleNamespace(created=True), SimpleNamespace(created=False)]
 
-    monkeypatch.setattr(event_admin, "replay_function", lambda: fake_replay)
+    event_router.register(FakeRouter())
     assert b'value="replay"' in admin_client.get(url).content
     response = admin_client.post(url, {"action": "replay", "_selected_action": [e.id for e in events]}, follow=True)
     assert sorted(replayed) == sorted(e.id for e in events)

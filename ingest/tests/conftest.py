@@ -115,3 +115,7 @@ def post_webhook(client: Any) -> Callable[..., Any]:
         return client.post(f"/ingest/{slug}/", data=body, content_type=content_type, headers=headers)
 
     return post
+
+
+# The stream tests' real redis-server (session-wide) and a flushed client per test.
+from ingest.tests.streams_support import redis_client, redis_server  # noqa: E402, F401

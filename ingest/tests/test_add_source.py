@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ingest.models import Source
-from ingest.signatures import standard_key
+from ingest.providers.standard import standard_key
 
 
 def run(*args: str, stdin: str = "") -> str:

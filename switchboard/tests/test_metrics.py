@@ -217,7 +217,7 @@ def test_counters_are_summed_across_gunicorn_workers(db, tmp_path):
             sys.executable,
             "-m",
             "gunicorn",
-            "switchboard.wsgi",
+            "switchboard.asgi:application",
             "-c",
             "gunicorn.conf.py",
             "--max-requests",
@@ -242,6 +242,9 @@ def test_counters_are_summed_across_gunicorn_workers(db, tmp_path):
                 time.sleep(0.2)
         for _ in range(39):  # plus the one above: 40
             assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+            # A uvicorn worker checks its request count every 0.1 s, then finishes and is replaced:
+            # paced, the 40 requests pass through several generations of workers, as under gthread.
+            time.sleep(0.25)
         files = [f for f in os.listdir(metrics_dir) if f.startswith("counter_")]
         totals = set()
         for _ in range(4):

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard import api
+from todos.auth import token_cache
 from todos.models import Agent
 from todos.tests.conftest import Api
+from todos.waiting import listener
 
 
 @pytest.fixture
 def cached(settings):
     settings.API_TOKEN_CACHE_SECONDS = 60
-    api._token_cache.clear()
+    listener._ensure_running()
+    assert listener.connected.wait(5)
+    token_cache.clear()
     yield
-    api._token_cache.clear()
+    token_cache.clear()
 
 
 def test_a_cached_token_needs_no_query(cached, agent, django_assert_num_queries):
@@ -37,16 +40,17 @@ def test_a_change_made_elsewhere_is_seen_after_the_ttl(cached, agent, settings):
     assert client.get("/queues/").status_code == 200
     Agent.objects.filter(pk=agent.pk).update(is_active=False)  # as another process would: no signal here
     assert client.get("/queues/").status_code == 200
-    api._token_cache[agent.token_hash] = (0.0, api._token_cache[agent.token_hash][1])  # the TTL ran out
+    token_cache._entries[agent.token_hash] = (0.0, token_cache._entries[agent.token_hash][1])  # the TTL ran out
     assert client.get("/queues/").status_code == 401
 
 
 def test_unknown_tokens_are_never_cached(cached, db):
     assert Api("sb_unknown").get("/queues/").status_code == 401
-    assert api._token_cache == {}
+    assert token_cache._entries == {}
 
 
-def test_off_by_default(agent, django_assert_num_queries):
+def test_off_when_set_to_zero(agent, settings, django_assert_num_queries):
+    settings.API_TOKEN_CACHE_SECONDS = 0
     client = Api(agent.token)
     client.get("/queues/")
     with django_assert_num_queries(2):

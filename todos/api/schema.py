@@ -11,8 +11,9 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from todos.api.serializers import ErrorSerializer
 
 
-class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "switchboard.api.BearerTokenAuthentication"
+# drf-spectacular registers extensions in an untyped __init_subclass__.
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "todos.auth.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
@@ -26,7 +27,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 _ERRORS = {
     400: ("invalid", "The input is invalid; `fields` holds the messages per field.", {"limit": ["too large"]}),
     401: ("unauthorized", "No token, an unknown token, or an inactive agent.", None),
-    403: ("forbidden", "The caller may not retry dead-letters.", None),
+    403: ("forbidden", "Retrying dead-letters without the right, or claiming queues outside the scopes.", None),
     404: ("not_found", "No such todo in the caller's scopes.", None),
     409: ("conflict", "The todo exists but is not in a state (or lease) that allows this.", None),
     413: ("too_large", "The request body or a JSON value is over its size limit.", None),
@@ -55,7 +56,7 @@ def documented(ok: Any, errors: tuple[int, ...], examples: list[OpenApiExample])
     return {"responses": responses, "examples": [*examples, *(_error_example(s) for s in (*errors, 503))]}
 
 
-_TODO = {
+_TODO: dict[str, Any] = {
     "id": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5",
     "queue": "github.pulls",
     "source": "github",

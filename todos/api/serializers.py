@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -109,10 +110,12 @@ def _iso(value: datetime | None) -> str | None:
 # --- output -----------------------------------------------------------------------------------
 
 
-class TodoSerializer(serializers.ModelSerializer):
+class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
     event = serializers.CharField(source="event_id", allow_null=True, read_only=True)
-    errors = serializers.ListField(child=serializers.DictField(), read_only=True)
+    # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
+    # property is not shadowed at run time (the stub cannot know).
+    errors = serializers.ListField(child=serializers.DictField(), read_only=True)  # type: ignore[assignment]
 
     class Meta:
         model = Todo
@@ -188,40 +191,55 @@ class CreatedTodoSerializer(TodoSerializer):
         return {**super().to_representation(todo), "created": todo.created}  # type: ignore[attr-defined]
 
 
-class ClaimedSerializer(serializers.Serializer):
+class ClaimedSerializer(serializers.Serializer[Any]):
     todos = TodoSerializer(many=True)
 
 
-class ErrorBodySerializer(serializers.Serializer):
+class ErrorBodySerializer(serializers.Serializer[Any]):
     code = serializers.ChoiceField(
-        choices=["not_found", "conflict", "invalid", "unauthorized", "forbidden", "too_large", "unavailable"]
+        choices=[
+            "not_found",
+            "conflict",
+            "invalid",
+            "unauthorized",
+            "forbidden",
+            "method_not_allowed",
+            "too_large",
+            "internal",
+            "unavailable",
+        ]
     )
     detail = serializers.CharField()
-    fields = serializers.DictField(
+    # Named like Serializer.fields; the metaclass takes it off the class (see TodoSerializer.errors).
+    fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
         help_text="invalid: the messages per input field.",
     )
     state = serializers.CharField(required=False, help_text="conflict: the todo's current state.")
     dead_letter = serializers.BooleanField(required=False, help_text="conflict: whether it is a dead-letter.")
+    queues = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="forbidden (claim): the queues outside the scopes."
+    )
+    path = serializers.CharField(required=False, help_text="not_found: the path with a trailing slash, if it exists.")
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     error = ErrorBodySerializer()
 
 
-class BatchOutcomeSerializer(serializers.Serializer):
+class BatchOutcomeSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     status = serializers.IntegerField(help_text="200 done, 404 not found, 409 conflict: as the single complete.")
     todo = TodoSerializer(required=False)
     error = ErrorBodySerializer(required=False)
 
 
-class BatchCompleteResultSerializer(serializers.Serializer):
+class BatchCompleteResultSerializer(serializers.Serializer[Any]):
     outcomes = BatchOutcomeSerializer(many=True)
 
 
-class QueueStatsSerializer(serializers.Serializer):
+class QueueStatsSerializer(serializers.Serializer[Any]):
     queue = serializers.CharField()
     pending = serializers.IntegerField()
     claimed = serializers.IntegerField()
@@ -236,11 +254,11 @@ class QueueStatsSerializer(serializers.Serializer):
     rate_burst = serializers.IntegerField(allow_null=True)
 
 
-class QueueListSerializer(serializers.Serializer):
+class QueueListSerializer(serializers.Serializer[Any]):
     queues = QueueStatsSerializer(many=True)
 
 
-class QueueControlsSerializer(serializers.Serializer):
+class QueueControlsSerializer(serializers.Serializer[Any]):
     queue = serializers.CharField(source="name")
     paused = serializers.BooleanField()
     max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
@@ -251,12 +269,28 @@ class QueueControlsSerializer(serializers.Serializer):
 # --- input ------------------------------------------------------------------------------------
 
 
-class TodoCreateInput(serializers.Serializer):
+class StrictInput(serializers.Serializer[Any]):
+    """A request body that refuses fields it does not declare (as SQS and Stripe do): a misspelt
+    ``titel`` is a 400 naming it, not a todo with an empty title."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(k) for k in data if k not in self.fields)
+            if unknown:
+                expected = ", ".join(self.fields)
+                raise serializers.ValidationError(
+                    {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     payload = BoundedJSONField(required=False, default=dict)
-    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    # Named like Field.source; the metaclass takes it off the class (see TodoSerializer.errors).
+    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")  # type: ignore[assignment]
     idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True, default=None)
     assignee = serializers.CharField(
         max_length=100, required=False, allow_null=True, default=None, help_text="Only this agent may claim it."
@@ -264,7 +298,7 @@ class TodoCreateInput(serializers.Serializer):
     max_attempts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None)
 
 
-class TodoListFilter(serializers.Serializer):
+class TodoListFilter(serializers.Serializer[Any]):
     queue = serializers.CharField(max_length=200, required=False)
     state = serializers.ChoiceField(choices=TodoState.values, required=False)
     kind = serializers.CharField(max_length=100, required=False)
@@ -272,7 +306,7 @@ class TodoListFilter(serializers.Serializer):
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
-class ClaimNextInput(serializers.Serializer):
+class ClaimNextInput(StrictInput):
     queues = serializers.ListField(
         child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
         required=False,
@@ -287,22 +321,22 @@ class ClaimNextInput(serializers.Serializer):
     worker = _worker_field()
 
 
-class ClaimOneInput(serializers.Serializer):
+class ClaimOneInput(StrictInput):
     lease_seconds = LeaseSecondsField()
     worker = _worker_field()
 
 
-class HeartbeatInput(serializers.Serializer):
+class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
 
 
-class CompleteInput(serializers.Serializer):
+class CompleteInput(StrictInput):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class FailInput(serializers.Serializer):
+class FailInput(StrictInput):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
     retry_in_seconds = serializers.FloatField(
@@ -315,34 +349,34 @@ class FailInput(serializers.Serializer):
     )
 
 
-class ReleaseInput(serializers.Serializer):
+class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
 
 
-class RetryInput(serializers.Serializer):
+class RetryInput(StrictInput):
     mode = serializers.ChoiceField(
         choices=["reset", "once"], help_text="reset: a full new budget (attempt = 0); once: exactly one more try."
     )
     note = serializers.CharField(max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="")
 
 
-class BatchItemInput(serializers.Serializer):
+class BatchItemInput(StrictInput):
     id = serializers.CharField(max_length=40)
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
-class BatchCompleteInput(serializers.Serializer):
-    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)
+class BatchCompleteInput(StrictInput):
+    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]
 
 
-class CancelInput(serializers.Serializer):
+class CancelInput(StrictInput):
     reason = serializers.CharField(
         max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
     )
 
 
-class QueueLimitsInput(serializers.Serializer):
+class QueueLimitsInput(StrictInput):
     """PATCH: only the controls named change; null removes one."""
 
     max_claimed = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True)

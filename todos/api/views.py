@@ -4,18 +4,22 @@ write state. Errors are raised and rendered by switchboard.api.exception_handler
 
 from __future__ import annotations
 
-import re
+import json
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import generics, serializers
+from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from switchboard.api import STATUS_BY_CODE, caller_agent, error_body
-from todos import controls, listen, queue, selectors, states
+from switchboard import ids
+from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
+from todos import auth, controls, queue, selectors, states, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -37,22 +41,19 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoSerializer,
 )
+from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.models import Agent, Todo
-
-# Todo ids are "td_" + 32 hex digits; anything else cannot exist (and may not reach a query: a NUL
-# byte would make PostgreSQL refuse the statement).
-TODO_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
+from todos.models import Agent, Todo, hash_token
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
 
 def _todo_id(todo_id: str) -> str:
-    if not TODO_ID_RE.fullmatch(todo_id):
+    if not ids.is_id(todo_id, ids.TODO):
         raise TodoNotFound(f"No todo {todo_id[:40]!r}.")
     return todo_id
 
@@ -61,7 +62,7 @@ def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
 
 
-class TodoListCreateApi(generics.GenericAPIView):
+class TodoListCreateApi(generics.GenericAPIView[Todo]):
     serializer_class = TodoSerializer
 
     def get_queryset(self) -> Any:
@@ -130,17 +131,68 @@ class TodoClaimNextApi(APIView):
         summary="Claim the next todos",
         description="Claims up to `limit` todos, oldest first, from the caller's claim scopes (narrowed by "
         "`queues`). `wait_seconds` long-polls: the request waits until work becomes claimable in those queues "
-        "or the time runs out, then answers 200 with an empty list.",
+        "or the time runs out, then answers 200 with an empty list. Naming a queue outside the claim scopes "
+        "is 403 `forbidden` at once, listing them in `queues`.",
         request=ClaimNextInput,
-        **docs.documented(ClaimedSerializer, (400, 401, 413), docs.CLAIM_NEXT_EXAMPLES),
+        **docs.documented(ClaimedSerializer, (400, 401, 403, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
-    def post(self, request: Request) -> Response:
-        data = _valid(ClaimNextInput, request.data)
-        # gunicorn hands over the client's socket: a long-poll whose worker hung up stops waiting.
-        sock = request.META.get("gunicorn.socket")
-        client_gone = (lambda: listen.socket_closed_by_peer(sock)) if sock is not None else None
-        todos = listen.claim_next_waiting(agent=caller_agent(request), client_gone=client_gone, **data)
-        return Response({"todos": TodoSerializer(todos, many=True).data})
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await self._claim(request)
+
+    @staticmethod
+    def runs_async(request: HttpRequest) -> bool:
+        """Under ASGI, only a claim that may wait takes the async path (switchboard/asgi.py): the
+        others run in the process's sync thread like any other request, which is cheaper."""
+        try:
+            body = json.loads(request.body or b"{}")
+        except (ValueError, RequestDataTooBig):  # the sync path answers these as usual
+            return False
+        return request.method == "POST" and isinstance(body, dict) and bool(body.get("wait_seconds"))
+
+    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:  # type: ignore[override]
+        """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
+        (todos/waiting.py) holding no thread and no connection. A bearer token whose agent is cached
+        costs no query; other callers (a staff session, with its CSRF check) go through DRF's own
+        authentication, in the process's sync thread."""
+        if request.method != "POST":  # the browsable API's 405 page, OPTIONS: DRF's own dispatch
+            response: HttpResponseBase = await sync_to_async(super().dispatch)(request, *args, **kwargs)
+            return response
+        return await self._claim(request)
+
+    async def _claim(self, request: HttpRequest) -> HttpResponse:
+        try:
+            agent = await self._caller(request)
+            request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+            data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
+            todos = await waiting.claim_next_waiting(agent=agent, **data)
+            return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
+        except Exception as exc:  # rendered as every API error is; unknown errors propagate
+            return await _error(exc)
+
+    async def _caller(self, request: HttpRequest) -> Agent:
+        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
+        if token is not None:
+            return auth.token_cache.cached(hash_token(token)) or await sync_to_async(auth.agent_for_token)(token)
+        return await sync_to_async(self._session_caller)(request)
+
+    def _session_caller(self, request: HttpRequest) -> Agent:
+        drf_request = self.initialize_request(request)
+        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
+        return caller_agent(drf_request)
+
+
+async def _error(exc: Exception) -> HttpResponse:
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        # DRF's dispatch adds this header to a 401; this view answers outside that dispatch.
+        exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[union-attr,arg-type]
+    response = await sync_to_async(exception_handler)(exc, {})
+    if response is None:
+        raise exc
+    body = JsonResponse(response.data, status=response.status_code)
+    for header, value in response.headers.items():
+        if header.lower() != "content-type":
+            body[header] = value
+    return body
 
 
 class TodoClaimApi(APIView):

@@ -7,7 +7,8 @@
 * todo_live_leases (queue, lease_expires_at) WHERE claimed: a limited queue's live leases, counted by
   every claim of it; todo_cancelled_recent: retention and the dashboard. CONCURRENTLY, as in 0006.
 * todos_live_leases(queue): that count with a fresh snapshot (see FUNCTIONS).
-* The registering trigger (0009) reads before it inserts (see FUNCTIONS).
+* The registering trigger (0009) reads before it inserts (see FUNCTIONS; 0009 does too since main's
+  change to it, so this restates it beside the reason a limited queue needs it).
 """
 
 from django.contrib.postgres.operations import AddIndexConcurrently
@@ -39,11 +40,15 @@ END
 $$;
 """
 
+# 0009 itself now reads first (main took the same change, for speed), so going back leaves the trigger
+# as 0009 made it: only the new function goes.
 FUNCTIONS_BACKWARD = """
 DROP FUNCTION todos_live_leases(text);
 CREATE OR REPLACE FUNCTION todos_register_queue() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO todos_queue (name, created_at) VALUES (NEW.queue, now()) ON CONFLICT (name) DO NOTHING;
+    IF NOT EXISTS (SELECT 1 FROM todos_queue WHERE name = NEW.queue) THEN
+        INSERT INTO todos_queue (name, created_at) VALUES (NEW.queue, now()) ON CONFLICT (name) DO NOTHING;
+    END IF;
     RETURN NEW;
 END
 $$;
@@ -67,7 +72,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("events", "0002_event_type_recent"),
-        ("todos", "0009_queue_registry_trigger"),
+        ("todos", "0010_todo_title_trgm"),
     ]
 
     operations = [

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from todos.listen import listener
 from todos.models import Agent
+from todos.waiting import listener
 
 V1 = "/api/v1"
 

@@ -155,7 +155,7 @@ class QueueModel:
         elif verb == "release":
             if self._revives_key(t, True):
                 return CONFLICT, t
-            t.state, t.attempt, t.owner, t.lease = "pending", max(t.attempt - 1, 0), None, None
+            t.state, t.attempt, t.lease = "pending", max(t.attempt - 1, 0), None
             t.lapsed, t.retry = False, None
         else:  # pragma: no cover
             raise ValueError(verb)
@@ -171,7 +171,7 @@ class QueueModel:
             t.attempt = 0
         else:
             t.max_attempts = max(t.max_attempts, t.attempt + 1)
-        t.state, t.owner, t.lease, t.retry, t.errors = "pending", None, None, None, t.errors + 1
+        t.state, t.lease, t.retry, t.errors = "pending", None, None, t.errors + 1
         return OK, t
 
     def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:

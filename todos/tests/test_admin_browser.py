@@ -196,3 +196,52 @@ def test_operator_retries_every_matching_dead_letter_in_batches(live_server, ope
         assert todo.errors[-1]["note"] == "replaying after the outage"
     elsewhere.refresh_from_db()
     assert elsewhere.is_dead_letter
+
+
+@pytest.mark.django_db(transaction=True)
+def test_triage_at_1280_px_fits_and_retries_a_whole_error_group(live_server, operator, make_todo):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    errors = ["model timed out"] * 4 + ["KeyError 'pr'"] * 2 + ["RateLimitError: 429 Too Many Requests from upstream"]
+    dead = []
+    for n, error in enumerate(errors):
+        todo = _dead(make_todo, f"Review PR #{200 + n}: tighten the retry budget of the webhook receiver")
+        Todo.objects.filter(pk=todo.pk).update(
+            errors=[{"attempt": 5, "at": "2026-01-01T00:00:00+00:00", "error": error}],
+            assignee="reviewer-bot" if n % 3 == 0 else None,
+            owner="reviewer-bot/host-1",
+            created_at=Now() - timedelta(days=3, hours=n),
+        )
+        dead.append(todo)
+
+    def flow(page: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        page.set_viewport_size({"width": 1280, "height": 800})
+        _login(page, live_server.url, operator)
+        page.goto(f"{live_server.url}/admin/todos/todo/?dead=yes")
+        page.wait_for_selector("#sb-triage")
+        seen["groups"] = page.locator("#sb-triage").inner_text()
+        seen["overflow"] = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        seen["table_right"] = page.evaluate("document.querySelector('#result_list').getBoundingClientRect().right")
+        seen["box_right"] = page.evaluate(
+            "document.querySelector('#changelist .results').getBoundingClientRect().right"
+        )
+        heights = page.evaluate(
+            "[...document.querySelectorAll('#result_list tbody tr')].map(r => r.getBoundingClientRect().height)"
+        )
+        seen["row_heights"] = heights
+        page.screenshot(path=str(SCREENSHOTS / "triage.png"), full_page=True)
+        page.click("#sb-triage tr:has-text('model timed out') a:has-text('Retry once')")
+        page.fill("#id_note", "model endpoint back up")
+        page.click("input[type=submit][value^='Start']")
+        page.wait_for_selector("ul.messagelist li", timeout=60_000)
+        seen["message"] = page.locator("ul.messagelist li").first.inner_text()
+        return seen
+
+    seen = in_browser(flow)
+
+    assert "model timed out" in seen["groups"] and "Retry once" in seen["groups"], seen["groups"]
+    # Nothing scrolls sideways: not the page, and not the table inside its box.
+    assert seen["overflow"] <= 0 and seen["table_right"] <= seen["box_right"] + 1, seen
+    assert max(seen["row_heights"]) < 1.5 * min(seen["row_heights"]), seen["row_heights"]  # no cell wraps
+    assert seen["message"] == "Every matching todo: 4 retried."
+    assert Todo.objects.dead_lettered().count() == 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
@@ -10,12 +9,13 @@ from collections import Counter
 import psycopg
 import pytest
 import requests
+from asgiref.sync import async_to_sync
 from django.db import connection, connections
 
-from todos import listen, queue
-from todos.listen import listener
+from todos import queue, waiting
 from todos.models import Todo, TodoState
 from todos.tests.conftest import Api
+from todos.waiting import listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -236,26 +236,17 @@ def test_a_body_over_the_default_limit_is_too_large_over_real_http(http):
     assert not Todo.objects.exists()
 
 
-def test_socket_closed_by_peer_tells_a_hang_up_from_a_quiet_or_busy_client():
-    here, there = socket.socketpair()
-    try:
-        assert not listen.socket_closed_by_peer(here)  # nothing to read yet
-        there.sendall(b"GET")
-        assert not listen.socket_closed_by_peer(here)  # a pipelined request
-        here.recv(3)
-        there.close()
-        assert listen.socket_closed_by_peer(here)
-    finally:
-        here.close()
-
-
 def test_a_woken_waiter_whose_client_hung_up_claims_nothing(agent, listening):
     out: dict = {}
 
     def wait() -> None:
         try:
-            out["todos"] = listen.claim_next_waiting(
-                agent=agent, queues=["gone.*"], wait_seconds=10, client_gone=lambda: True
+
+            async def gone() -> bool:
+                return True
+
+            out["todos"] = async_to_sync(waiting.claim_next_waiting)(
+                agent=agent, queues=["gone.*"], wait_seconds=10, client_gone=gone
             )
         finally:
             connections.close_all()

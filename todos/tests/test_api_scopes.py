@@ -73,7 +73,13 @@ def test_batch_complete_of_another_agents_todo_is_not_found_per_item(alices_clai
 def test_claim_next_never_takes_another_agents_queue(alice, bob, api_for):
     queue.create(queue="alpha.jobs")
     response = api_for(bob).post("/todos/claim/", {"queues": ["alpha.*"]})
-    assert response.json() == {"todos": []}
+    # Refused at once and named (it is the caller's own request, so nothing leaks), not an empty wait.
+    assert response.status_code == 403
+    assert response.json()["error"] == {
+        "code": "forbidden",
+        "detail": "Outside this agent's claim scopes: alpha.*.",
+        "queues": ["alpha.*"],
+    }
     assert Todo.objects.get().state == TodoState.PENDING
 
 

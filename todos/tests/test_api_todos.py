@@ -156,11 +156,13 @@ def test_claim_next_claims_the_oldest_with_owner_from_the_token_and_worker(api, 
     assert timedelta(seconds=25) < old.lease_expires_at - old.claimed_at <= timedelta(seconds=30)
 
 
-def test_claim_next_ignores_an_owner_in_the_body(api, make_todo):
+def test_claim_next_refuses_an_owner_in_the_body(api, make_todo):
+    # The owner is the authenticated agent's name, never the body's (SPEC decision 6): the field is unknown.
     todo = make_todo("q")
-    _claim(api, owner="mallory")
+    response = api.post("/todos/claim/", {"owner": "mallory"})
+    assert response.status_code == 400 and list(response.json()["error"]["fields"]) == ["owner"]
     todo.refresh_from_db()
-    assert todo.owner == "alice"
+    assert todo.owner is None and todo.state == TodoState.PENDING
 
 
 def test_claim_next_takes_a_batch_up_to_limit_and_answers_an_empty_list_when_none(api, make_todo):
@@ -310,7 +312,8 @@ def test_release_gives_the_todo_and_the_attempt_back(api, claimed):
     response = api.post(f"/todos/{claimed['id']}/release/", {"lease_id": claimed["lease_id"]})
     assert response.status_code == 200
     todo = Todo.objects.get(pk=claimed["id"])
-    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.owner is None
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
+    assert todo.owner == "alice"  # last claimed by, as after a lapse
 
 
 def test_release_with_a_stale_receipt_is_conflict(api, claimed):

@@ -10,14 +10,15 @@ import time
 from collections.abc import Callable
 
 import pytest
-from django.db import connection, transaction
+from asgiref.sync import async_to_sync
+from django.db import connection, connections, transaction
 
-from todos import controls, listen, queue
-from todos.listen import listener
+from todos import controls, queue, waiting
 from todos.models import Agent, Todo, TodoState
 from todos.tests.test_api_longpoll import Http
 from todos.tests.test_concurrency import run_together, seed
 from todos.tests.test_reap_leases import BASE_DIR, _reaper_env
+from todos.waiting import listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,7 +90,9 @@ def test_ten_seconds_at_20_per_second_burst_5_make_at_most_205_claims_and_nearly
     def claimer() -> None:
         while (left := deadline - time.monotonic()) > 0:
             # A long-poll: refused by the rate, it sleeps until the next token is due (selectors).
-            todos = listen.claim_next_waiting(agent=agent, queues=["rated"], limit=5, wait_seconds=min(left, 2))
+            todos = async_to_sync(waiting.claim_next_waiting)(
+                agent=agent, queues=["rated"], limit=5, wait_seconds=min(left, 2)
+            )
             now = time.monotonic()
             if now <= deadline:
                 with lock:
@@ -224,6 +227,41 @@ def test_resume_wakes_a_long_poll_waiting_on_the_paused_queue(live_server, agent
     finally:
         thread.join(20)
         client.close()
+
+
+def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
+    # One notification wakes one waiter (todos/waiting.py), so resume says how many todos it freed.
+    listener._ensure_running()
+    assert listener.connected.wait(5)
+    created = {queue.create(queue="jobs.p2", title=str(i))[0].id for i in range(2)}
+    controls.pause("jobs.p2")
+    answered: list[tuple[float, list[str]]] = []
+    lock = threading.Lock()
+
+    def wait() -> None:
+        try:
+            todos = async_to_sync(waiting.claim_next_waiting)(agent=agent, queues=["jobs.p2"], wait_seconds=15)
+            with lock:
+                answered.append((time.monotonic(), [t.id for t in todos]))
+        finally:
+            connections.close_all()  # this thread's connection, opened by the claims
+
+    threads = [threading.Thread(target=wait) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait_until(lambda: len(listener._waiters) >= 2, 5, "both claims to wait")
+        time.sleep(0.5)
+        assert not answered, "a paused queue handed out a todo"
+        resumed = time.monotonic()
+        controls.resume("jobs.p2")
+        for thread in threads:
+            thread.join(10)
+        assert sorted(i for _, ids in answered for i in ids) == sorted(created)
+        assert all(at - resumed < 5 for at, _ in answered), "a waiter slept on after resume"
+    finally:
+        for thread in threads:
+            thread.join(20)
 
 
 def test_a_create_never_waits_for_a_claim_writing_its_queues_token_bucket(agent):

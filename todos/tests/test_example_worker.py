@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from todos import queue
-from todos.listen import listener
 from todos.models import Todo, TodoState
+from todos.waiting import listener
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -116,3 +116,37 @@ def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(live_serv
     assert proc.returncode == 0, out
     todo.refresh_from_db()
     assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None, out
+
+
+def test_sigterm_mid_long_poll_exits_long_before_the_poll_would_end(live_server, agent):
+    proc = _start(live_server, agent, "echo", "--wait", "10")
+    try:
+        _wait_until(lambda: len(listener._waiters) == 1)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    # The request is aborted, not waited out: well inside the 10 s the server would have held it.
+    assert took < 5, out
+    # The live server's thread does not notice the hang-up; let its wait run out before the next test.
+    _wait_until(lambda: not listener._waiters, timeout=15)
+
+
+def test_drain_exits_once_the_queues_are_empty(live_server, agent):
+    todos = [queue.create(queue="w.drain", payload={"n": i})[0] for i in range(2)]
+    proc = _start(live_server, agent, "echo", "--wait", "0", "--drain")
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert Todo.objects.filter(pk__in=[t.pk for t in todos], state=TodoState.DONE).count() == 2
+
+
+def test_a_claim_refused_by_the_server_stops_the_worker_with_the_reason(live_server, make_agent):
+    narrow = make_agent("narrow", claim=["other"])
+    proc = _start(live_server, narrow, "echo")
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    assert "403" in out and "forbidden" in out

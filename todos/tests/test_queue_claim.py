@@ -6,7 +6,7 @@ import pytest
 from django.db.models.functions import Now
 
 from todos import queue
-from todos.errors import TodoConflict, TodoNotFound
+from todos.errors import QueuesForbidden, TodoConflict, TodoNotFound
 from todos.models import TodoState
 
 
@@ -64,7 +64,9 @@ def test_claim_next_queues_narrow_but_never_widen_the_scopes(make_agent, make_to
     make_todo("stripe.charges")
     make_todo("github.push")
     prs = make_todo("github.prs")
-    assert queue.claim_next(agent=bot, queues=["stripe.charges"]) == []
+    with pytest.raises(QueuesForbidden) as refused:
+        queue.claim_next(agent=bot, queues=["stripe.charges", "github.*"])
+    assert refused.value.extra == {"queues": ["stripe.charges"]}
     assert [t.id for t in queue.claim_next(agent=bot, queues=["github.prs"])] == [prs.id]
 
 

@@ -104,7 +104,7 @@ def test_release_returns_the_todo_and_gives_the_attempt_back(agent, claimed):
     claimed.refresh_from_db()
     assert claimed.state == TodoState.PENDING
     assert claimed.attempt == 0
-    assert claimed.owner is None and claimed.lease_id is None
+    assert claimed.lease_id is None and claimed.lease_expires_at is None
     [again] = queue.claim_next(agent=agent)
     assert again.id == claimed.id and again.attempt == 1
 
@@ -157,3 +157,22 @@ def test_complete_of_a_lease_the_reaper_dead_lettered_is_allowed(agent, dead_let
     queue.complete(todo.id, agent=agent, lease_id=todo.lease_id, result="late but done")
     todo.refresh_from_db()
     assert todo.state == TodoState.DONE and todo.result == "late but done"
+
+
+def test_release_and_lapse_requeue_leave_the_same_claim_fields(agent, make_todo):
+    # The rule (README "How it works"): owner and claimed_at are the last claim's, whatever ended it;
+    # only the receipt differs, since a lapsed receipt stays valid until someone re-claims (SPEC decision 2).
+    make_todo("q")
+    make_todo("q")
+    released, lapsed = queue.claim_next(agent=agent, limit=2, worker="w1")
+    queue.release(released.id, agent=agent, lease_id=released.lease_id)
+    _lapse(lapsed)
+    assert queue.reap_once(batch=10).requeued == 1
+    rows = {t.id: t for t in Todo.objects.filter(pk__in=[released.id, lapsed.id])}
+    for before in (released, lapsed):
+        after = rows[before.id]
+        assert after.state == TodoState.PENDING
+        assert after.owner == "alice/w1"
+        assert after.claimed_at == before.claimed_at
+    assert rows[released.id].lease_id is None
+    assert rows[lapsed.id].lease_id == lapsed.lease_id

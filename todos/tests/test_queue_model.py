@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from hypothesis.stateful import (
 )
 
 from todos import queue
-from todos.errors import TodoConflict, TodoNotFound
+from todos.errors import QueuesForbidden, TodoConflict, TodoNotFound
 from todos.models import Agent, Todo
 from todos.tests.queue_model import CONFLICT, NOT_FOUND, OK, ModelAgent, QueueModel
 
@@ -97,6 +98,12 @@ class QueueMachine(RuleBasedStateMachine):
         limit=st.integers(1, 3),
     )
     def claim_next(self, agent: str, wanted: list[str] | None, limit: int) -> Any:
+        scopes = AGENTS[agent]
+        outside = [w for w in wanted or [] if not any(fnmatchcase(w, s) or fnmatchcase(s, w) for s in scopes)]
+        if outside:  # naming a queue the agent may never claim from is refused, and takes nothing
+            with pytest.raises(QueuesForbidden):
+                queue.claim_next(agent=self.agents[agent], queues=wanted, limit=limit)
+            return multiple()
         expected = self.model.choose_next(
             self.model_agents[agent], None if wanted in (None, ["q.*"]) else wanted, limit
         )

@@ -11,8 +11,8 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from todos import queue, sql
-from todos.listen import listener
 from todos.models import Todo, TodoState
+from todos.waiting import listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,7 +69,7 @@ def test_operator_retry_notifies(heard, agent):
     assert heard() == ["q4"]
 
 
-def test_reaper_notifies_requeued_queues_once_each_but_not_dead_letters(heard, agent):
+def test_reaper_notifies_requeued_queues_once_each_with_their_count_but_not_dead_letters(heard, agent):
     for name in ("a", "a", "b"):
         todo, _ = queue.create(queue=name)
         Todo.objects.filter(pk=todo.pk).update(
@@ -91,7 +91,7 @@ def test_reaper_notifies_requeued_queues_once_each_but_not_dead_letters(heard, a
     heard()
     result = queue.requeue_lapsed(batch=10)
     assert (result.requeued, result.dead_lettered) == (3, 1)
-    assert sorted(heard()) == ["a", "b"]
+    assert sorted(heard()) == ["a 2", "b"]  # two rows in a: two waiters may wake
 
 
 def test_promoting_due_retries_notifies(heard, agent):

@@ -82,7 +82,8 @@ def test_force_release_returns_a_claim_to_pending_and_voids_the_receipt(agent, m
     queue.force_release(claimed.id, operator="ops")
     todo = Todo.objects.get(pk=claimed.id)
     assert todo.state == TodoState.PENDING
-    assert todo.owner is None and todo.lease_id is None and todo.lease_expires_at is None
+    assert todo.lease_id is None and todo.lease_expires_at is None
+    assert todo.owner == "alice" and todo.claimed_at == claimed.claimed_at  # last claimed by
     assert todo.attempt == 1  # the receive stays counted, as with a lapse
     assert todo.errors[-1]["error"] == "operator force-release"
     assert todo.errors[-1]["owner"] == "alice"

@@ -1,4 +1,4 @@
-"""queue.py builds the Todos it returns from its statements' rows itself (bench/queue_throughput.py:
+"""queue.py builds the Todos it returns from its statements' rows itself (`make bench`:
 RawQuerySet and Model.__init__ were most of its own cost). Those Todos must be ordinary model instances."""
 
 from __future__ import annotations

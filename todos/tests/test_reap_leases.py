@@ -127,7 +127,8 @@ def test_reap_leases_loop_requeues_a_lapsed_lease_and_stops_on_sigterm(make_todo
     finally:
         output = _stop(proc)
     assert proc.returncode == 0, output
-    assert stopped_after < 1.0, f"took {stopped_after:.2f}s to stop"
+    # Promptly, not after a sweep interval; the bound is loose because a loaded CI machine is slow to spawn.
+    assert stopped_after < 3.0, f"took {stopped_after:.2f}s to stop"
     # One line per sweep that did something, none for the idle ones.
     sweeps = [line for line in output.splitlines() if SWEEP_LINE in line]
     assert len(sweeps) == 2, output
@@ -146,8 +147,9 @@ def test_reap_leases_loop_stops_on_sigint_too(make_todo):
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         proc.wait(timeout=5)
-        # Even in the middle of a 30 s sleep between sweeps.
-        assert time.monotonic() - sent < 1.0
+        # Even in the middle of a 30 s sleep between sweeps (a bound well under the interval: a loaded
+        # machine takes its time to deliver the signal and exit).
+        assert time.monotonic() - sent < 5.0
     finally:
         output = _stop(proc)
     assert proc.returncode == 0, output

@@ -1,6 +1,6 @@
 """manage.py add_source SLUG --provider github [--route PATTERN QUEUE [KIND [TITLE]]]... [--secret-stdin]
 
-Creates a webhook source and its routes. For github, standard and hmac a strong secret is generated
+Creates a source and its routes. For github, standard and hmac a strong secret is generated
 unless one is piped in with --secret-stdin; it is printed once, alone on the last line, for pasting into
 the provider's settings. Stripe makes its own secret (whsec_...): pipe it in. A secret is never taken
 as an argument, where shell history and process lists would keep it.
@@ -8,8 +8,6 @@ as an argument, where shell history and process lists would keep it.
 
 from __future__ import annotations
 
-import base64
-import secrets
 import sys
 from typing import Any
 
@@ -17,13 +15,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ingest.models import Provider, Route, Source
-
-
-def generate_secret(provider: str) -> str:
-    if provider == Provider.STANDARD:
-        return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-    return secrets.token_urlsafe(32)
+from ingest import providers
+from ingest.models import Route, Source
 
 
 class Command(BaseCommand):
@@ -31,7 +24,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("slug")
-        parser.add_argument("--provider", required=True, choices=Provider.values)
+        parser.add_argument("--provider", required=True, choices=sorted(providers.PROVIDERS))
         parser.add_argument(
             "--route",
             nargs="+",
@@ -47,27 +40,36 @@ class Command(BaseCommand):
         slug, provider = options["slug"], options["provider"]
         if Source.objects.filter(slug=slug).exists():
             raise CommandError(f"A source {slug!r} already exists; change it in the admin.")
-        generated = not options["secret_stdin"]
-        if generated and provider == Provider.STRIPE:
-            raise CommandError("Stripe makes the secret (whsec_...): pipe it in with --secret-stdin.")
-        secret = generate_secret(provider) if generated else sys.stdin.readline().strip()
-        if not secret:
-            raise CommandError("The secret read from standard input is empty.")
-        for spec in options["route"]:
-            if not 2 <= len(spec) <= 4:
+        spec = providers.get(provider)
+        # A pull-only provider's entries are read, not POSTed: nothing is signed, so there is no secret.
+        pulled = not spec.accepts_webhooks
+        generated = not options["secret_stdin"] and not pulled
+        if pulled:
+            secret = ""
+        elif generated:
+            try:
+                secret = spec.new_secret()
+            except ValueError as exc:  # a provider that makes its own secret (Stripe)
+                raise CommandError(str(exc)) from exc
+        else:
+            secret = sys.stdin.readline().strip()
+            if not secret:
+                raise CommandError("The secret read from standard input is empty.")
+        for route_spec in options["route"]:
+            if not 2 <= len(route_spec) <= 4:
                 raise CommandError("--route takes PATTERN QUEUE [KIND [TITLE_TEMPLATE]].")
         source = Source(slug=slug, provider=provider, secret=secret, is_active=not options["inactive"])
         routes = [
             Route(
-                event_pattern=spec[0],
-                queue=spec[1],
-                kind=spec[2] if len(spec) > 2 else "",
-                title_template=spec[3] if len(spec) > 3 else "",
+                event_pattern=route_spec[0],
+                queue=route_spec[1],
+                kind=route_spec[2] if len(route_spec) > 2 else "",
+                title_template=route_spec[3] if len(route_spec) > 3 else "",
             )
-            for spec in options["route"]
+            for route_spec in options["route"]
         ]
         try:
-            source.full_clean()
+            source.full_clean(exclude=["secret"] if pulled else None)
             for route in routes:
                 route.full_clean(exclude=["source"])
         except ValidationError as exc:
@@ -78,7 +80,10 @@ class Command(BaseCommand):
                 route.source = source
                 route.save()
         self.stdout.write(f"Source {slug} ({provider}) with {len(routes)} route(s).")
-        self.stdout.write(f"Webhook URL path: {source.webhook_path}  (content type application/json)")
+        if pulled:
+            self.stdout.write(f"It takes no webhooks: {spec.label}.")
+        else:
+            self.stdout.write(f"Webhook URL path: {source.webhook_path}  (content type application/json)")
         if generated:
             self.stdout.write("Secret (shown once; give it to the provider):")
             self.stdout.write(secret)

@@ -1,0 +1,350 @@
+"""The agents' queue as MCP tools (SPEC "Interfaces": ``POST /mcp``; issue 12 there, 14 on the tracker).
+
+Each tool validates its arguments with the REST API's own input serializer, makes one call into
+todos/queue.py (or a read cut to the caller's scopes) and renders todos with the REST serializer, so a
+tool and its REST endpoint take the same values and answer the same JSON. Failures come back as tool
+errors carrying the REST error body (``{"error": {"code", "detail", ...}}``).
+
+Schemas are written by hand and kept small: clients put the whole tool list into every context window
+(the list stays under 6 KB, measured in test_mcp_tools).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections
+from mcp import types
+from rest_framework import serializers
+
+from switchboard import ids
+from switchboard.api import error_body
+from todos import queue, waiting
+from todos.api.serializers import (
+    MAX_WAIT_SECONDS,
+    ClaimNextInput,
+    ClaimOneInput,
+    CompleteInput,
+    FailInput,
+    HeartbeatInput,
+    QueueStatsSerializer,
+    ReleaseInput,
+    TodoCreateInput,
+    TodoListFilter,
+    TodoSerializer,
+)
+from todos.errors import QueueError, TodoNotFound
+from todos.models import Agent, Todo
+from todos.selectors import queue_stats
+
+Args = dict[str, Any]
+T = TypeVar("T")
+JSONObject = dict[str, Any]
+
+MAX_LIST_LIMIT = 100
+DEFAULT_LIST_LIMIT = 20
+
+
+class ToolFailure(Exception):
+    """A tool error whose structured content is ``body`` (the REST error shape)."""
+
+    def __init__(self, body: JSONObject) -> None:
+        super().__init__(body["error"]["detail"])
+        self.body = body
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+_STR = {"type": "string"}
+_NUM = {"type": "number"}
+_ID = {"type": "string", "description": "Todo id (td_...)."}
+_LEASE_ID = {"type": "string", "description": "Receipt from claim."}
+_LEASE_SECONDS = {"type": "number", "description": f"Lease seconds; default {settings.QUEUE_DEFAULT_LEASE_SECONDS}."}
+
+# The todo as TodoSerializer renders it (every REST field is there). Only what an agent needs to act is
+# typed, to keep the list small; test_mcp_tools checks these names are REST's.
+TODO_SCHEMA: JSONObject = {
+    "type": "object",
+    "properties": {
+        "id": _STR,
+        "queue": _STR,
+        "state": _STR,
+        "payload": {},
+        "lease_id": {"type": ["string", "null"]},
+        "attempt": {"type": "integer"},
+    },
+}
+_ONE_TODO: JSONObject = {"type": "object", "properties": {"todo": TODO_SCHEMA}, "required": ["todo"]}
+
+
+def _input(properties: JSONObject, required: tuple[str, ...] = ()) -> JSONObject:
+    # No additionalProperties: call() refuses unknown arguments by name, and the list stays smaller.
+    schema: JSONObject = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+# --- the calls --------------------------------------------------------------------------------
+
+
+def _valid(serializer_class: type[serializers.Serializer[Any]], data: Args) -> Args:
+    serializer = serializer_class(data=data)
+    if not serializer.is_valid():
+        raise serializers.ValidationError(serializer.errors)
+    return dict(serializer.validated_data)
+
+
+def _todo_id(args: Args) -> str:
+    todo_id = args.pop("id", None)
+    if not isinstance(todo_id, str):
+        raise serializers.ValidationError({"id": ["A todo id (a string) is required."]})
+    if not ids.is_id(todo_id, ids.TODO):
+        raise TodoNotFound(f"No todo {todo_id[:40]!r}.")
+    return todo_id
+
+
+def _one(todo: Todo) -> JSONObject:
+    return {"todo": TodoSerializer(todo).data}
+
+
+async def in_thread(function: Callable[[], T]) -> T:
+    """Run ORM work on Django's sync thread. Nothing here goes through Django's request handler, so its
+    connection is aged and health-checked the way the request_started/finished signals would do it."""
+
+    def run() -> T:
+        close_old_connections()
+        try:
+            return function()
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run)()
+
+
+async def list_todos(agent: Agent, args: Args) -> JSONObject:
+    limit = args.pop("limit", DEFAULT_LIST_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise serializers.ValidationError({"limit": [f"An integer from 1 to {MAX_LIST_LIMIT} is required."]})
+    valid = _valid(TodoListFilter, args)
+    filters = {field: valid[field] for field in ("queue", "state", "kind") if field in valid}
+
+    def read() -> JSONObject:
+        # The caller's scopes cut the rows before any filter, as in the REST list.
+        todos = Todo.objects.visible_to(agent).filter(**filters).order_by("-created_at", "-id")[:limit]
+        return {"todos": TodoSerializer(todos, many=True).data}
+
+    return await in_thread(read)
+
+
+async def get_todo(agent: Agent, args: Args) -> JSONObject:
+    todo_id = _todo_id(args)
+
+    def read() -> JSONObject:
+        todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
+        if todo is None:
+            raise TodoNotFound(f"No todo {todo_id}.")
+        return _one(todo)
+
+    return await in_thread(read)
+
+
+async def claim(agent: Agent, args: Args) -> JSONObject:
+    if "id" in args:
+        todo_id = _todo_id(args)
+        if extra := sorted(set(args) & {"queues", "wait_seconds"}):
+            raise serializers.ValidationError({name: ["Not allowed with id."] for name in extra})
+        data = _valid(ClaimOneInput, args)
+        return await in_thread(lambda: _one(queue.claim(todo_id, agent=agent, **data)))
+    data = _valid(ClaimNextInput, args)
+    todos = await waiting.claim_next_waiting(agent=agent, queues=data.pop("queues", None), **data)
+    return {"todo": TodoSerializer(todos[0]).data if todos else None}
+
+
+def _with_receipt(
+    transition: Callable[..., Todo], serializer_class: type[serializers.Serializer[Any]]
+) -> Callable[[Agent, Args], Awaitable[JSONObject]]:
+    async def call(agent: Agent, args: Args) -> JSONObject:
+        todo_id = _todo_id(args)
+        data = _valid(serializer_class, args)
+        return await in_thread(lambda: _one(transition(todo_id, agent=agent, **data)))
+
+    return call
+
+
+async def create_for(agent: Agent, args: Args) -> JSONObject:
+    data = _valid(TodoCreateInput, args)
+
+    def create() -> JSONObject:
+        todo, created = queue.create(agent=agent, **data)
+        return {"todo": TodoSerializer(todo).data, "created": created}
+
+    return await in_thread(create)
+
+
+async def list_queues(agent: Agent, args: Args) -> JSONObject:
+    return await in_thread(lambda: {"queues": QueueStatsSerializer(queue_stats(agent), many=True).data})
+
+
+# --- the list ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: JSONObject
+    output_schema: JSONObject
+    run: Callable[[Agent, Args], Awaitable[JSONObject]]
+    read_only: bool = False
+
+    def describe(self) -> types.Tool:
+        annotations = types.ToolAnnotations(read_only_hint=True) if self.read_only else None
+        return types.Tool(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
+            annotations=annotations,
+        )
+
+
+# create_for's arguments, all passed to queue.create through TodoCreateInput: a new create field
+# (priority, run_at) is one more entry here once the serializer has it.
+CREATE_FOR_PROPERTIES: JSONObject = {
+    "queue": _STR,
+    "kind": _STR,
+    "title": _STR,
+    "payload": {"description": "Any JSON."},
+    "assignee": {"type": "string", "description": "Only this agent may claim it."},
+    "idempotency_key": {"type": "string", "description": "Same key, same queue: the existing todo."},
+}
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in [
+        Tool(
+            "list_todos",
+            "Todos in your queues, newest first.",
+            _input(
+                {
+                    "queue": _STR,
+                    # REST's filter's choices, so a state added there (scheduled, cancelled) is offered here.
+                    "state": {"enum": list(cast(serializers.ChoiceField, TodoListFilter().fields["state"]).choices)},
+                    "kind": _STR,
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
+                }
+            ),
+            {"type": "object", "properties": {"todos": {"type": "array", "items": TODO_SCHEMA}}, "required": ["todos"]},
+            list_todos,
+            read_only=True,
+        ),
+        Tool("get_todo", "One todo by id.", _input({"id": _ID}, ("id",)), _ONE_TODO, get_todo, read_only=True),
+        Tool(
+            "claim",
+            "Lease the next todo from your queues (or the one with id). todo is null if none came within "
+            "wait_seconds. Act on it only while you hold the lease: heartbeat, then complete, fail or release.",
+            _input(
+                {
+                    "id": _ID,
+                    "queues": {"type": "array", "items": _STR, "description": "Names or globs within your scopes."},
+                    "lease_seconds": _LEASE_SECONDS,
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+                    "worker": _STR,
+                }
+            ),
+            {
+                "type": "object",
+                "properties": {"todo": {"anyOf": [TODO_SCHEMA, {"type": "null"}]}},
+                "required": ["todo"],
+            },
+            claim,
+        ),
+        Tool(
+            "heartbeat",
+            "Extend your lease; call every third of it.",
+            _input({"id": _ID, "lease_id": _LEASE_ID, "lease_seconds": _LEASE_SECONDS}, ("id", "lease_id")),
+            _ONE_TODO,
+            _with_receipt(queue.heartbeat, HeartbeatInput),
+        ),
+        Tool(
+            "complete",
+            "Finish a leased todo with a JSON result.",
+            _input({"id": _ID, "lease_id": _LEASE_ID, "result": {}}, ("id", "lease_id")),
+            _ONE_TODO,
+            _with_receipt(queue.complete, CompleteInput),
+        ),
+        Tool(
+            "fail",
+            "Fail a leased todo; it is retried with backoff (or after retry_in_seconds) until its attempts run out.",
+            _input({"id": _ID, "lease_id": _LEASE_ID, "error": _STR, "retry_in_seconds": _NUM}, ("id", "lease_id")),
+            _ONE_TODO,
+            _with_receipt(queue.fail, FailInput),
+        ),
+        Tool(
+            "release",
+            "Hand a leased todo back untouched; costs no attempt.",
+            _input({"id": _ID, "lease_id": _LEASE_ID}, ("id", "lease_id")),
+            _ONE_TODO,
+            _with_receipt(queue.release, ReleaseInput),
+        ),
+        Tool(
+            "create_for",
+            "Create a todo in a queue you may create in, optionally for one agent.",
+            _input(CREATE_FOR_PROPERTIES, ("queue",)),
+            {
+                "type": "object",
+                "properties": {"todo": TODO_SCHEMA, "created": {"type": "boolean"}},
+                "required": ["todo", "created"],
+            },
+            create_for,
+        ),
+        Tool(
+            "list_queues",
+            "Your queues with counts by state and the oldest pending age.",
+            _input({}),
+            {"type": "object", "properties": {"queues": {"type": "array"}}, "required": ["queues"]},
+            list_queues,
+            read_only=True,
+        ),
+    ]
+}
+
+
+def _result(body: JSONObject, *, is_error: bool = False) -> types.CallToolResult:
+    # The same JSON as text too: clients of the 2025-03-26 revision and older read only content.
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=body, is_error=is_error
+    )
+
+
+def error_result(body: JSONObject) -> types.CallToolResult:
+    return _result(body, is_error=True)
+
+
+def _invalid(fields: Any) -> JSONObject:
+    return error_body("invalid", "The arguments are invalid.", fields=fields)
+
+
+async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToolResult:
+    """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        return _result(error_body("not_found", f"No tool {name!r}."), is_error=True)
+    args = dict(arguments or {})
+    if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
+        return _result(_invalid({key: ["Unknown argument."] for key in unknown}), is_error=True)
+    try:
+        return _result(await tool.run(agent, args))
+    except serializers.ValidationError as exc:
+        return _result(_invalid(exc.detail), is_error=True)
+    except QueueError as exc:
+        return _result(error_body(exc.code, exc.detail, **exc.extra), is_error=True)
+    except (OperationalError, InterfaceError):
+        return _result(error_body("unavailable", "The database is unavailable; retry shortly."), is_error=True)
