@@ -14,7 +14,17 @@ from django.db.models.functions import Now
 from todos import queue
 from todos.models import Agent, Todo, TodoState
 
-_CREATE_ARGS = {"kind", "payload", "idempotency_key", "assignee", "max_attempts", "source"}
+_CREATE_ARGS = {
+    "kind",
+    "payload",
+    "idempotency_key",
+    "assignee",
+    "max_attempts",
+    "source",
+    "run_at",
+    "delay_seconds",
+    "priority",
+}
 
 
 def _shape_defaults(state: str) -> dict[str, Any]:
@@ -58,6 +68,9 @@ def make_todo(db: None) -> Callable[..., Todo]:
     def make(queue_name: str = "default", **overrides: Any) -> Todo:
         create_args = {k: overrides.pop(k) for k in list(overrides) if k in _CREATE_ARGS}
         todo, _ = queue.create(queue=queue_name, title=overrides.pop("title", "a todo"), **create_args)
+        if "created_at" in overrides and "run_at" not in overrides and todo.state == "pending":
+            # An unscheduled todo's run_at is its creation time: aging one ages the other.
+            overrides["run_at"] = overrides["created_at"]
         if overrides:
             overrides = {**_shape_defaults(overrides.get("state", todo.state)), **overrides}
             Todo.objects.filter(pk=todo.pk).update(**overrides)

@@ -105,6 +105,9 @@ def pgbench_statements(claim_like: list[str], visible_like: list[str]) -> tuple[
             "idempotency_key": "md5(random()::text || clock_timestamp()::text)",
             "assignee": "NULL",
             "max_attempts": "5",
+            "run_at": "NULL",
+            "delay": "NULL",
+            "priority": "0",
         },
     )
     return f"{claim}\n\\gset\n{complete};\n", f"{create};\n"

@@ -3,9 +3,12 @@ written to docs/query-plans.md with a one-line reading of each plan.
 
     .venv/bin/python bench/explain_plans.py            # seeds switchboard_bench_explain once, then explains
     .venv/bin/python bench/explain_plans.py --reseed   # throw the rows away and seed again
+    .venv/bin/python bench/explain_plans.py --scheduled 0 --reseed   # without the scheduled million
 
-The mix is a service some months in: mostly done history, ~50k pending over four queues, some live and
-some lapsed claims, retries waiting (a few due) and dead-letters. Seeding is INSERT ... SELECT
+The mix is a service some months in: mostly done history, ~50k pending over four queues (priorities -3..3),
+some live and some lapsed claims, retries waiting (a few due) and dead-letters; and, beside it, 1M todos
+scheduled for later in the same four queues with priorities -100..100, a few hundred of them due
+(--scheduled N changes the million; 0 leaves them out). Seeding is INSERT ... SELECT
 generate_series: seconds, not minutes. Every EXPLAIN ANALYZE of a write runs in a transaction that is
 rolled back, so the table is the same for each plan.
 """
@@ -46,6 +49,32 @@ MIX = {  # state -> rows; done fills the rest of TOTAL
     "retry_due": 300,
     "dead": 3_000,
 }
+# Beside TOTAL: todos scheduled for later (over the coming 30 days) and a few due ones the reaper has not
+# promoted yet, spread over the four busy queues and ci.build (which has nothing pending: a claim there
+# finds only future rows).
+SCHEDULED = 1_000_000
+SCHEDULED_DUE = 200
+
+
+def seed_scheduled(n: int) -> None:
+    """n todos scheduled for later (one every 2.5 s from now, priorities -100..100) and SCHEDULED_DUE due ones
+    the reaper has not promoted yet, over the four busy queues and ci.build."""
+    later_queues = [*PENDING, "ci.build"]
+    common = {"id": "'td_' || replace(gen_random_uuid()::text, '-', '')", "source": "'api'", "kind": "'later'"}
+    for count, run_at in (
+        (n, "now() + g * interval '2.5 s'"),
+        (SCHEDULED_DUE if n else 0, "now() - g * interval '1 s'"),
+    ):
+        h.seed_todos(
+            count,
+            queue=later_queues,
+            state="scheduled",
+            created_at="now() - interval '1 day'",
+            title="'later #' || g",
+            run_at=run_at,
+            priority="g %% 201 - 100",
+            **common,
+        )
 
 
 # Beyond its state's shape (bench/harness.py), what sets each state's rows apart here.
@@ -63,7 +92,7 @@ BY_STATE: dict[str, dict[str, str]] = {
 }
 
 
-def seed() -> None:
+def seed(scheduled: int = SCHEDULED) -> None:
     started = time.monotonic()
     done = TOTAL - sum(PENDING.values()) - sum(MIX.values())
     common = {"id": "'td_' || replace(gen_random_uuid()::text, '-', '')", "source": "'github'", "kind": "'event'"}
@@ -91,6 +120,7 @@ def seed() -> None:
             title="'pending #' || g",
             payload="jsonb_build_object('n', g)",
             idempotency_key=f"'pending-{q}-' || g",
+            priority="g %% 7 - 3",
             **common,
         )
     # The rest over the four busy queues.
@@ -106,10 +136,11 @@ def seed() -> None:
             **common,
             **shape,
         )
+    seed_scheduled(scheduled)
     with connection.cursor() as cur:
         # VACUUM cannot run inside a transaction; Django's connection is in autocommit here.
         cur.execute("VACUUM (ANALYZE) todos_todo")
-    print(f"seeded {TOTAL:,} todos in {time.monotonic() - started:.1f}s")
+    print(f"seeded {TOTAL + scheduled:,} todos in {time.monotonic() - started:.1f}s")
 
 
 # The reading of each plan as measured (docs/query-plans.md): what it does and why that is fine. The
@@ -119,14 +150,30 @@ NOTES = {
     "locked (claimers of a limited queue take turns), todos_live_leases() counts its live leases from "
     "todo_live_leases, and the bucket's write-back updates that one row; the scan is the unlimited one.",
     "cancel (one id)": "One row by primary key; the NOTIFY wakes waiters of a queue whose slot it freed.",
-    "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue; the lapsed and "
-    "due branches walk their small partial indexes in order and stop at the first row.",
+    "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
+    "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "
+    "run_at <= now() that stops at the first future row (the 250k future rows of this queue are never read); "
+    "the lapsed and due branches walk their small partial indexes in order and stop at the first row.",
+    "claim_next, one queue, limit 1, nothing pending (only future scheduled todos)": "The worst case for "
+    "future rows: ci.build has nothing pending and 200k todos scheduled for later (and a few dozen due). The "
+    "scheduled branch reads the due entries and stops at the first future one (5 buffers): the future rows cost "
+    "the claim nothing. Most of the buffers here are the lapsed-lease branch stepping over other queues' lapsed "
+    "leases (see above), not scheduling.",
+    "claim (one id) of a todo scheduled for later": "Primary-key lookup; the guard refuses it (0 rows), and "
+    "the API answers 409 scheduled.",
+    "promote_due_scheduled (reaper), batch 500": "Per registered queue, the due range of todo_scheduled_due "
+    "(a few hundred rows), locked, then updated by primary key; the million future rows are not read.",
+    "seconds_until_claimable (a long-poll's next wake)": "One descent of todo_scheduled_due per queue for "
+    "its earliest run_at (LIMIT 1), beside the lapsed-lease and due-retry minimums.",
+    "create scheduled for later": "The same insert as a plain create (one more index entry, in "
+    "todo_scheduled_due instead of todo_pending_claim_scan); no NOTIFY unless due within 20 s.",
     "claim_next, all six queues (scope '*'), limit 1": "One descent of the pending index per queue (six, "
     "named by todos_queue), never a sort of the 50k pending rows (SPEC trap 1). The planner guesses one "
     "lapsed and one due row, so it hashes and sorts all of them (a few hundred): cheap while the reaper keeps "
     "them few.",
-    "claim_next, two queues, batch of 10": "Two descents of the pending index, 10 rows each; the final LIMIT "
-    "keeps the oldest 10 of the candidates and the UPDATE finds them by primary key.",
+    "claim_next, two queues, batch of 10": "Two descents of the pending index, 10 rows each, and two of the "
+    "scheduled index; the final LIMIT keeps the first 10 candidates in claim order and the UPDATE finds them "
+    "by primary key.",
     "claim_next, all queues, limit 1, with 15,500 lapsed leases (a crashed fleet, before a sweep)": "Lapsed "
     "leases come out of todo_claimed_lease_expiry in expiry order (one row read). The pending scan of "
     "github.pull_request steps over the index entries of the 15,000 rows that just left pending (dead until "
@@ -150,7 +197,10 @@ NOTES = {
     "bounded by the failed rows, not by the table.",
     "dead-letters, all queues, API order (dead=true)": "Every dead-letter, then a top-N sort by created_at "
     "(or, since migration 0004, todo_admin_state_recent read backwards for state = 'failed'): bounded by "
-    "the failed rows, not by the table.",
+    "the failed rows, not by the table. CHECK since the million scheduled todos were added to this mix: "
+    "they are newer than every dead-letter, and the planner, expecting dead-letters evenly spread, walks "
+    "todo_admin_recent backwards through them (seconds). Any backlog of a million newer todos does the same "
+    "(pending ones too): the API's dead=true listing should order by an index it filters on.",
     "dead-letter count per queue": "One pass over a partial index of failed rows (todo_dead_letters, or "
     "todo_failed_recent since migration 0004), no table scan.",
 }
@@ -225,7 +275,11 @@ def plans() -> list[Plan]:
         "event_id": None,
         "assignee": None,
         "max_attempts": 5,
+        "run_at": None,
+        "delay": None,
+        "priority": 0,
     }
+    later = one("SELECT id FROM todos_todo WHERE state = 'scheduled' AND run_at > now() + interval '1 hour' LIMIT 1")
     crashed_fleet = """UPDATE todos_todo SET state = 'claimed', attempt = 1, owner = 'gone', lease_id = 'ls_x',
         lease_expires_at = now() - interval '1 minute' WHERE state = 'pending' AND queue = 'github.pull_request'"""
     out: list[tuple[Plan, str, dict[str, Any]] | tuple[Plan, str, dict[str, Any], str]] = [
@@ -274,6 +328,39 @@ def plans() -> list[Plan]:
             Plan("cancel (one id)", "sql.CANCEL", "todos_todo_pkey"),
             sql.CANCEL,
             {"ids": [pending_id], "operator": "ops", "reason": "", "visible": scopes_all},
+        ),
+        (
+            Plan(
+                "claim_next, one queue, limit 1, nothing pending (only future scheduled todos)",
+                "sql.CLAIM_NEXT",
+                "todo_scheduled_due",
+            ),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": ["ci.build"], "limit": 1},
+        ),
+        (
+            Plan("claim (one id) of a todo scheduled for later", "sql.CLAIM_ONE", "todos_todo_pkey"),
+            sql.CLAIM_ONE,
+            {**claim, "id": later[0] if later else pending_id, "limit": 1},
+        ),
+        (
+            Plan("promote_due_scheduled (reaper), batch 500", "sql.PROMOTE_DUE_SCHEDULED", "todo_scheduled_due"),
+            sql.PROMOTE_DUE_SCHEDULED,
+            {"batch": 500},
+        ),
+        (
+            Plan(
+                "seconds_until_claimable (a long-poll's next wake)",
+                "sql.SECONDS_UNTIL_CLAIMABLE",
+                "todo_scheduled_due",
+            ),
+            sql.SECONDS_UNTIL_CLAIMABLE,
+            {"scopes": scopes_all, "wanted": scopes_all, "agent": "bench"},
+        ),
+        (
+            Plan("create scheduled for later", "sql.CREATE", "todo_runnable_idempotency_key"),
+            sql.CREATE,
+            {**create, "idempotency_key": "scheduled-key", "delay": 3600.0},
         ),
         (Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"), sql.HEARTBEAT, {**receipt, "lease_seconds": lease}),
         (Plan("complete", "sql.COMPLETE", "todos_todo_pkey"), sql.COMPLETE, {**receipt, "result": Jsonb({"ok": 1})}),
@@ -360,7 +447,8 @@ def write(result: list[Plan]) -> None:
         + ", ".join(f"{q} {n:,}" for q, n in PENDING.items())
         + f"; of the claimed, {MIX['claimed_lapsed']} have lapsed leases; of the failed, {MIX['retry_waiting']:,}"
         f" wait for a retry, {MIX['retry_due']} were due when seeded (more fall due as time passes) and"
-        f" {MIX['dead']:,} are dead-letters.",
+        f" {MIX['dead']:,} are dead-letters. Scheduled: {counts.get('scheduled', 0):,} (of them"
+        f" {SCHEDULED_DUE} due but not yet promoted), in the four busy queues.",
         "",
         "Each reading is followed by what was measured: the indexes the plan used, whether it scanned the",
         "todos table, the rows that passed through all plan nodes (loops not multiplied), the shared buffers",
@@ -369,6 +457,16 @@ def write(result: list[Plan]) -> None:
         "",
         "## What these plans decided",
         "",
+        "- Scheduling (migrations 0011-0012): claims order by (priority, run_at), so the pending index is",
+        "  `(queue, priority, run_at NULLS FIRST) WHERE pending`; due scheduled todos come from",
+        "  `todo_scheduled_due (queue, run_at) WHERE scheduled`, one range `run_at <= now()` per queue that",
+        "  ends at the first future row. With a million todos scheduled for later in the claimed queues, no",
+        "  claim, reaper sweep or long-poll wake reads them (the rows and buffers of each plan below); nor the",
+        "  Procrastinate trap of filtering scheduled_at after the index, which re-walks every future job.",
+        "- Migration 0007 orders the pending index NULLS FIRST and CLAIM_NEXT the same way: on a table whose",
+        "  pending backlog outnumbers its history the planner could otherwise serve the claim's order from the",
+        "  admin's plain `created_at` index and walk every done row at its head (10,000 buffers for one claim",
+        "  in a soak). No other index yields that order; `todos/tests/test_claim_plan.py` pins it.",
         "- Every statement in todos/sql.py reaches its rows through an index; none scans the table.",
         "- The claim scan is one descent of `todo_pending_claim_scan` per queue, whatever the number of queues",
         "  (the LATERAL join over `todos_queue`), so 50k pending rows and 940k done rows cost it nothing.",
@@ -410,10 +508,12 @@ def write(result: list[Plan]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reseed", action="store_true", help="truncate and seed again")
+    parser.add_argument("--scheduled", type=int, default=SCHEDULED, help="todos scheduled for later beside the mix")
     args = parser.parse_args()
     have = one("SELECT count(*) FROM todos_todo")[0]
-    if args.reseed or have != TOTAL:
-        seed()
+    want = TOTAL + args.scheduled + (SCHEDULED_DUE if args.scheduled else 0)
+    if args.reseed or have != want:
+        seed(args.scheduled)
     result = plans()
     for plan in result:
         print(f"{plan.title}: {plan.reading}")

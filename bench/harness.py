@@ -255,6 +255,8 @@ SEED_STATES: dict[str, tuple[str, ...]] = {
         """'[{"attempt": 5, "error": "bench failure"}]'::jsonb""",
     ),
     "done": ("'done'", "'bench'", "NULL", "1", "at", "at", "NULL", "NULL", """'{"ok": true}'::jsonb""", "'[]'::jsonb"),
+    # run_at (a column, not decided by the state) is the caller's: the default, at, is already due.
+    "scheduled": ("'scheduled'", "NULL", "NULL", "0", "NULL", "NULL", "NULL", "NULL", "NULL", "'[]'::jsonb"),
 }  # fmt: skip
 _SEED_DEFAULTS = {
     "id": "'td_' || md5(g::text || random()::text)",
@@ -267,6 +269,8 @@ _SEED_DEFAULTS = {
     "assignee": "NULL",
     "max_attempts": "5",
     "updated_at": "now()",
+    "run_at": "at",  # when it became claimable: its creation unless scheduled
+    "priority": "0",
 }
 
 

@@ -76,7 +76,18 @@ class SourceForm(forms.ModelForm[Source]):
 class RouteInline(admin.TabularInline[Route, Source]):
     model = Route
     extra = 1
-    fields = ("event_pattern", "queue", "kind", "title_template", "assignee", "max_attempts", "is_active", "preview")
+    fields = (
+        "event_pattern",
+        "queue",
+        "kind",
+        "title_template",
+        "assignee",
+        "max_attempts",
+        "delay_seconds",
+        "priority",
+        "is_active",
+        "preview",
+    )
     readonly_fields = ("preview",)
 
     @admin.display(description="Try it")

@@ -5,14 +5,14 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.urls import reverse
 
 from ingest import providers
-from todos.models import validate_queue_name
+from todos.models import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN, validate_queue_name
 
 
 class Source(models.Model):
@@ -82,6 +82,19 @@ class Route(models.Model):
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
     )
+    # blank: a form that leaves them out (an older admin page, a script) gets the defaults.
+    delay_seconds = models.PositiveIntegerField(
+        default=0,
+        blank=True,
+        validators=[MaxValueValidator(MAX_DELAY_SECONDS)],
+        help_text="Seconds after the delivery before the todo may run (0: at once). The todo waits as scheduled.",
+    )
+    priority = models.SmallIntegerField(
+        default=0,
+        blank=True,
+        validators=[MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)],
+        help_text="-100 to 100; lower runs first.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(db_default=Now())
 
@@ -90,6 +103,12 @@ class Route(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(max_attempts__isnull=True) | Q(max_attempts__gte=1), name="route_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(delay_seconds__lte=MAX_DELAY_SECONDS), name="route_delay_at_most_a_year"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="route_priority_range"
             ),
         ]
 

@@ -109,6 +109,8 @@ def route_event(event: Event, routes: Iterable[Route]) -> list[Routed]:
                 assignee=route.assignee or None,
                 max_attempts=route.max_attempts,
                 event_id=event.id,
+                delay_seconds=route.delay_seconds or None,
+                priority=route.priority,
             )
         except QueueError as exc:
             raise RoutingFailed(f"Route {route.id} could not make its todo: {exc.detail}") from exc

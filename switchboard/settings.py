@@ -213,6 +213,10 @@ QUEUE_RETRY_CAP_SECONDS = env.float("QUEUE_RETRY_CAP_SECONDS", default=3600.0)
 # The reaper sidecar: seconds between sweeps and rows per batch.
 REAPER_INTERVAL_SECONDS = env.float("REAPER_INTERVAL_SECONDS", default=1.0)
 REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
+# Recurring schedules: a tick's todo is made (as a scheduled todo) this long before the tick, so that it is
+# claimable exactly at the tick. Keep it above REAPER_INTERVAL_SECONDS; an edited cron takes effect for
+# the ticks beyond it.
+SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.0)
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

@@ -68,7 +68,7 @@ def _describe_error_entry(entry: dict[str, Any]) -> tuple[str, str]:
     if error == "operator retry":
         detail = f"by {who}, mode {entry.get('mode')}" + (f": {entry['note']}" if entry.get("note") else "")
         return "operator retry", detail
-    if error in ("operator retry now", "operator force-release"):
+    if error in ("operator retry now", "operator run now", "operator force-release"):
         extra = f" (was held by {entry['owner']})" if entry.get("owner") else ""
         return error, f"by {who}{extra}"
     if error == "lease expired":

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from django.contrib.admin.models import CHANGE, LogEntry
 
 from todos import queue, states
-from todos.errors import TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
 from todos.models import Todo
 
 
@@ -27,6 +27,14 @@ class Op:
 
     def log_message(self, note: str) -> str:
         return f"{self.label}" + (f": {note}" if note else "")
+
+
+def _priority(note: str) -> int:
+    """The priority an operator typed into the note field; queue.set_priority checks its range."""
+    try:
+        return int(note.strip())
+    except ValueError:
+        raise InvalidTransitionInput(f"{note.strip()!r} is not a whole number.", field="priority") from None
 
 
 OPS: dict[str, Op] = {
@@ -71,10 +79,27 @@ OPS: dict[str, Op] = {
             "cancel",
             "Cancel (stop it for good; revokes a claim)",
             "cancelled",
-            "only pending, retry-waiting and claimed todos can be cancelled",
+            "only pending, scheduled, retry-waiting and claimed todos can be cancelled",
             lambda pk, who, note: queue.cancel(pk, operator=who, reason=note),
             lambda ids, who, note: queue.cancel_many(ids, operator=who, reason=note),
             note_label="Reason (optional, kept in the todo's history)",
+        ),
+        Op(
+            "run_now",
+            "Run now (do not wait for run_at)",
+            "made claimable now",
+            "only scheduled todos can be run now",
+            lambda pk, who, note: queue.run_now(pk, operator=who),
+            lambda ids, who, note: queue.run_now_many(ids, operator=who),
+        ),
+        Op(
+            "set_priority",
+            "Change priority",
+            "given the new priority",
+            "only pending and scheduled todos have a priority to change",
+            lambda pk, who, note: queue.set_priority(pk, priority=_priority(note)),
+            lambda ids, who, note: queue.set_priority_many(ids, priority=_priority(note)),
+            note_label="New priority, -100 to 100 (lower runs first)",
         ),
         Op(
             "force_release",
@@ -135,6 +160,9 @@ def apply(op: Op, ids: Iterable[str], *, user_id: int, operator: str, note: str 
         try:
             done = op.run_many(ids, operator, note)
             outcome.skipped = _classify(set(ids) - {t.pk for t in done})
+        except InvalidTransitionInput as exc:
+            # What the operator typed was refused (a priority out of range): nothing moved.
+            outcome.skipped[f"refused ({exc.detail})"] += len(ids)
         except TodoConflict:
             # A retry whose idempotency key a newer todo holds fails the whole statement; one by one,
             # the others go through and that one is skipped with its reason.

@@ -12,12 +12,15 @@ import re
 import secrets
 import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now, Upper
@@ -66,6 +69,9 @@ class LikeAny(models.Lookup):
 
 # Re-exported: the states themselves, and their conditions, live in todos/states.py.
 __all__ = ["TodoState"]
+# Scheduling's vocabulary (issue 12) lives in todos/states.py too; these names are kept for its callers.
+PRIORITY_MIN, PRIORITY_MAX = states.PRIORITY_MIN, states.PRIORITY_MAX
+MAX_DELAY_SECONDS = states.MAX_DELAY_SECONDS
 
 
 class TodoQuerySet(models.QuerySet["Todo"]):
@@ -103,6 +109,9 @@ class Todo(models.Model):
     next_retry_at = models.DateTimeField(null=True, blank=True)
     lease_id = models.CharField(max_length=40, null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
+    # When the todo may first run: its creation time unless scheduled. Claims order by (priority, run_at).
+    run_at = models.DateTimeField(db_default=Now())
+    priority = models.SmallIntegerField(db_default=0)
 
     objects = TodoQuerySet.as_manager()
 
@@ -118,23 +127,31 @@ class Todo(models.Model):
             ),
             models.CheckConstraint(condition=Q(attempt__gte=0), name="todo_attempt_not_negative"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="todo_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="todo_priority_range"
+            ),
             # The state's values and what each state implies about the lease, retry and completion
             # columns (todos/states.py, SHAPES): every write path, not only todos/queue.py, keeps them.
             *states.shape_constraints(),
         ]
         indexes = [
-            # claim_next, pending branch: one index descent per queue, oldest first. created_at NULLS FIRST
-            # (the column is never null) so that this is the only index that yields CLAIM_NEXT's order
-            # (todos/sql.py, migration 0007).
+            # claim_next, pending branch: one index descent per queue, in claim order (priority, then run_at).
+            # run_at NULLS FIRST (the column is never null) so that this stays the only index that yields
+            # CLAIM_NEXT's order, whatever indexes the admin gains (todos/sql.py, migrations 0007 and 0012).
             models.Index(
                 F("queue"),
-                F("created_at").asc(nulls_first=True),
+                F("priority"),
+                F("run_at").asc(nulls_first=True),
                 condition=states.PENDING.q,
                 name="todo_pending_claim_scan",
             ),
+            # claim_next's and the reaper's scheduled-due branches, and the long-poll's next wake: per queue
+            # a range run_at <= now() that stops at the first future row, so a claim never walks the future
+            # (Procrastinate filters its scheduled_at after the index and re-walks them on every fetch).
+            models.Index(fields=["queue", "run_at"], condition=states.SCHEDULED.q, name="todo_scheduled_due"),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
             models.Index(fields=["lease_expires_at"], condition=states.CLAIMED.q, name="todo_claimed_lease_expiry"),
-            # A limited queue's live leases (todos_live_leases(), migration 0013): the claim statement counts
+            # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
             # them for every claim of a queue with max_claimed, from this index alone.
             models.Index(fields=["queue", "lease_expires_at"], condition=states.CLAIMED.q, name="todo_live_leases"),
             # promote_due_retries and claim_next's due-retry branch.
@@ -189,6 +206,10 @@ class Todo(models.Model):
     @property
     def is_dead_letter(self) -> bool:
         return states.DEAD_LETTER.holds(self)
+
+    @property
+    def is_scheduled(self) -> bool:
+        return states.SCHEDULED.holds(self)
 
 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
@@ -297,3 +318,81 @@ def _glob_matches(scopes: Iterable[str], queue: str) -> bool:
         if re.fullmatch(regex, queue):
             return True
     return False
+
+
+class CatchUp(models.TextChoices):
+    # After downtime, which of the ticks that passed unseen get a todo: only the latest (no burst), none,
+    # or all of them up to SCHEDULE_CATCH_UP_MAX (the most recent ones).
+    LATEST = "latest", "latest"
+    NONE = "none", "none"
+    ALL = "all", "all"
+
+
+SCHEDULE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def validate_schedule_name(value: str) -> None:
+    if not SCHEDULE_NAME_RE.match(value or ""):
+        raise ValidationError("Schedule names are 1-100 letters, digits and . _ -, starting with a letter or digit.")
+
+
+def validate_cron(value: str) -> None:
+    """A 5-field cron expression that cronsim can evaluate (minute hour day-of-month month day-of-week)."""
+    from cronsim import CronSim, CronSimError
+
+    if len((value or "").split()) != 5:
+        raise ValidationError(f"{value!r} is not a 5-field cron expression (minute hour day month weekday).")
+    try:
+        CronSim(value, datetime.now(UTC))
+    except CronSimError as exc:
+        raise ValidationError(f"{value!r} is not a valid cron expression: {exc}.") from exc
+
+
+def validate_timezone(value: str) -> None:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationError(f"{value!r} is not a known IANA time zone (e.g. Europe/Berlin, UTC).") from exc
+
+
+class Schedule(models.Model):
+    """A recurring todo: each tick of ``cron`` (in ``timezone``) makes one todo in ``queue``, created by the
+    reapers exactly once per tick (todos/schedules.py)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[validate_schedule_name])
+    cron = models.CharField(max_length=200, validators=[validate_cron], help_text="5 fields, e.g. 30 2 * * *")
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    queue = models.CharField(max_length=200, validators=[validate_queue_name])
+    kind = models.CharField(max_length=100, blank=True, default="")
+    title = models.CharField(max_length=500, blank=True, default="")
+    payload = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(
+        default=0, validators=[MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)]
+    )
+    max_attempts = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
+    )
+    is_active = models.BooleanField(default=True)
+    catch_up = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.LATEST)
+    created_at = models.DateTimeField(db_default=Now())
+    # Kept by the reapers: the latest tick they have dealt with (made a todo for, or skipped by catch_up),
+    # the first tick after it (null: work it out at the next sweep), and the last todo a tick made. A plain
+    # id, not a foreign key: retention deletes todos in SQL.
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    last_todo_id = models.CharField(max_length=40, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="schedule_priority_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(catch_up__in=[c.value for c in CatchUp]), name="schedule_catch_up_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -10,8 +10,9 @@ the cursor and row plumbing is in todos/rows.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, 
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
+from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +44,18 @@ class ReapResult:
     requeued: int = 0
     dead_lettered: int = 0
     retries_promoted: int = 0
+    scheduled_promoted: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead_lettered + self.retries_promoted
+        return self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted
+
+
+def _check_priority(priority: Any) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidTransitionInput(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX} (lower runs first).", field="priority"
+        )
 
 
 def _visible(agent: Agent | None) -> list[str]:
@@ -98,10 +108,15 @@ def create(
     assignee: str | None = None,
     max_attempts: int | None = None,
     event_id: str | None = None,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    priority: int = 0,
 ) -> tuple[Todo, bool]:
-    """-> pending. Idempotent: if a runnable todo holds (queue, idempotency_key), return it and False.
+    """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
+    Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
+    False. ``priority`` orders claims, lower first.
 
-    ``agent`` None is the system (webhook routing); an agent may create only in its create scopes.
+    ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
     """
     try:
         validate_queue_name(queue)
@@ -109,6 +124,13 @@ def create(
         raise InvalidTransitionInput(str(exc.messages[0]), field="queue") from exc  # type: ignore[attr-defined]
     if agent is not None and not agent.may_create_in(queue):
         raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
+    _check_priority(priority)
+    if run_at is not None and delay_seconds is not None:
+        raise InvalidTransitionInput("Give run_at or delay_seconds, not both.", field="run_at")
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidTransitionInput("run_at needs a time zone offset (RFC 3339).", field="run_at")
+    if delay_seconds is not None and not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+        raise InvalidTransitionInput(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="delay_seconds")
     params = {
         "id": new_todo_id(),
         "queue": queue,
@@ -120,6 +142,9 @@ def create(
         "idempotency_key": idempotency_key,
         "assignee": assignee,
         "max_attempts": max_attempts or settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
+        "run_at": run_at,
+        "delay": delay_seconds,
+        "priority": priority,
     }
     # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
     for _ in range(5):
@@ -141,7 +166,8 @@ def claim_next(
     lease_seconds: float | None = None,
     worker: str | None = None,
 ) -> list[Todo]:
-    """pending (or lapsed, or retry-due) -> claimed, up to ``limit`` todos, oldest first.
+    """pending (or lapsed, retry-due, scheduled and due) -> claimed, up to ``limit`` todos, by priority
+    (lower first), then run_at.
 
     ``queues`` (names or globs) narrows the agent's claim scopes; it never widens them.
     """
@@ -160,14 +186,14 @@ def claim_next(
             "lease_seconds": _lease_seconds(lease_seconds),
         },
     )
-    todos.sort(key=lambda t: t.created_at)
+    todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     return todos
 
 
 @counted("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
-    """pending (or lapsed, or retry-due) -> claimed, for this one todo."""
+    """pending (or lapsed, retry-due, scheduled and due) -> claimed, for this one todo."""
     rows = fetch_todos(
         sql.CLAIM_ONE,
         {
@@ -302,22 +328,37 @@ def promote_due_retries(*, batch: int) -> int:
     return promoted
 
 
+def promote_due_scheduled(*, batch: int) -> int:
+    """One batch of scheduled todos whose run_at has come: -> pending."""
+    promoted = len(fetchall(sql.PROMOTE_DUE_SCHEDULED, {"batch": batch}))
+    if promoted:
+        TRANSITIONS.labels(verb="scheduled_due", outcome="ok").inc(promoted)
+    return promoted
+
+
+def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
+    total = 0
+    while not (should_stop and should_stop()):
+        n = step()
+        total += n
+        if n < batch:
+            break
+    return total
+
+
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
-    """One sweep of the sidecar: lapsed leases, then due retries, batch after batch until none are left
-    (or ``should_stop()`` says so between batches)."""
-    requeued = dead = promoted = 0
+    """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, batch after
+    batch until none are left (or ``should_stop()`` says so between batches)."""
+    requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
         requeued += lapse.requeued
         dead += lapse.dead_lettered
         if lapse.requeued + lapse.dead_lettered < batch or (should_stop and should_stop()):
             break
-    while not (should_stop and should_stop()):
-        n = promote_due_retries(batch=batch)
-        promoted += n
-        if n < batch:
-            break
-    return ReapResult(requeued=requeued, dead_lettered=dead, retries_promoted=promoted)
+    promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
+    scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
+    return ReapResult(requeued=requeued, dead_lettered=dead, retries_promoted=promoted, scheduled_promoted=scheduled)
 
 
 @counted_batch("retry_dead_letter")
@@ -364,13 +405,14 @@ def _discard(ids: Sequence[str], operator: str, reason: str, agent: Agent | None
 
 @counted_batch("discard")
 def discard_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
-    """pending or failed -> done with result {"discarded_by", "reason"}, for each id that qualifies."""
+    """pending, scheduled or failed -> done with result {"discarded_by", "reason"}, for each id that qualifies."""
     return _discard(ids, operator, reason, agent)
 
 
 @counted("discard")
 def discard(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
-    """pending or failed -> done with result {"discarded_by", "reason"}. Not from claimed: force-release first."""
+    """pending, scheduled or failed -> done with result {"discarded_by", "reason"}. Not from claimed:
+    force-release first."""
     rows = _discard([todo_id], operator, reason, agent)
     if rows:
         return rows[0]
@@ -404,16 +446,45 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None)
 
 @counted_batch("cancel")
 def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
-    """pending, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
+    """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
     return _cancel(ids, operator, reason, agent)
 
 
 @counted("cancel")
 def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
-    """pending, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
+    """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
     worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
     operator (every queue); else the agent's claim or create scopes must cover the queue."""
     rows = _cancel([todo_id], operator, reason, agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "cancel")
+
+
+def run_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
+    """scheduled -> pending now (run_at = now()), for each id that is scheduled."""
+    return fetch_todos(sql.RUN_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
+@counted("run_now")
+def run_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
+    """scheduled -> pending now, without waiting for run_at; recorded in errors."""
+    rows = run_now_many([todo_id], operator=operator, agent=agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "run now")
+
+
+def set_priority_many(ids: Sequence[str], *, priority: int, agent: Agent | None = None) -> list[Todo]:
+    """The priority of each id that is pending or scheduled."""
+    _check_priority(priority)
+    return fetch_todos(sql.SET_PRIORITY, {"ids": list(ids), "priority": priority, "visible": _visible(agent)})
+
+
+@counted("set_priority")
+def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> Todo:
+    """A pending or scheduled todo's priority (409 once it has been claimed or finished)."""
+    rows = set_priority_many([todo_id], priority=priority, agent=agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "change the priority of")

@@ -27,6 +27,7 @@ class QueueStats:
     oldest_pending: datetime | None
     # By the database's clock (SPEC decision 7); None when nothing is pending.
     oldest_pending_age_seconds: float | None
+    scheduled: int = 0
     cancelled: int = 0
     # The queue's controls (todos/controls.py).
     paused: bool = False
@@ -40,7 +41,7 @@ class QueueStats:
 
     @property
     def unfinished(self) -> int:
-        return self.pending + self.claimed + self.failed
+        return self.pending + self.claimed + self.failed + self.scheduled
 
 
 def queue_stats(agent: Agent | None = None) -> list[QueueStats]:

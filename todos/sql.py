@@ -18,13 +18,26 @@ once; the index each statement relies on is the one whose predicate is that same
 
 from todos import states as S
 
+# Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
+# Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
+CLAIM_ORDER = S.claim_order_sql()
+# create: a run_at in the future makes a scheduled todo; otherwise pending. %(run_at)s is the caller's
+# run_at, or NULL for now() + %(delay)s seconds (NULL: none).
+_RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => COALESCE(%(delay)s::double precision, 0)))"
+_CREATED_STATE = f"CASE WHEN {_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END"
+# A scheduled create wakes the long-polls of its queue only when it falls due within the longest wait
+# (todos/api/serializers.py MAX_WAIT_SECONDS): a waiter then re-reads its next wake time
+# (todos/selectors.py seconds_until_claimable) and wakes at run_at. Later ones are found by the waits
+# that start after them; NOTIFYing those would wake waiters for nothing.
+SCHEDULED_NOTIFY_HORIZON_SECONDS = 20
+
 # Also the unique constraint todo_runnable_idempotency_key's condition (todos/models.py); ON CONFLICT
 # must repeat it for PostgreSQL to pick that partial index as the arbiter.
 _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors"""
+    next_retry_at, lease_id, errors, run_at, priority"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -62,19 +75,23 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
 
-# create: -> pending. A row comes back only if it was inserted; none means a runnable todo with the
-# same (queue, idempotency_key) exists (read it with RUNNABLE_BY_KEY). The queue's name is registered by
-# the todo table's trigger (migration 0009), in the same statement, whatever path writes the row.
+# create: -> pending, or -> scheduled when run_at is in the future. A row comes back only if it was
+# inserted; none means a runnable todo with the same (queue, idempotency_key) exists (read it with
+# RUNNABLE_BY_KEY). The queue's name is registered by the todo table's trigger (migration 0009), in the
+# same statement, whatever path writes the row.
 CREATE = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
-    %(assignee)s, 'pending', 0, %(max_attempts)s, '[]'::jsonb, now(), now())
+    %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s)
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
-notified AS MATERIALIZED (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted)
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
+    WHERE {S.PENDING.sql()} OR run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS})
+)
 SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
@@ -84,8 +101,8 @@ WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE
 """
 
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
-# never handed out again, the reaper dead-letters it), or a failed todo whose retry is due. The
-# assignee, if any, must be the claimer.
+# never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
+# todo whose run_at has come. The assignee, if any, must be the claimer.
 _CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}"""
 
 _CLAIM_SET = f"""
@@ -117,7 +134,7 @@ _RETURNING_T = ", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))
 #    so claimers of several limited queues cannot deadlock.
 #  * After the wait the row is the latest version (READ COMMITTED re-reads a locked row), but this
 #    statement's snapshot is older than the claims that committed meanwhile: the live leases are counted
-#    by todos_live_leases() (migration 0013), a VOLATILE function whose query takes a fresh snapshot.
+#    by todos_live_leases() (migration 0014), a VOLATILE function whose query takes a fresh snapshot.
 #  * The token bucket refills by the time elapsed times the rate, capped at the burst; the claim takes at
 #    most floor(tokens), and ``bucket`` writes back what it took, in the same statement, under the lock.
 #    A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
@@ -159,13 +176,22 @@ bucket AS (
 )"""
 
 
-# claim_next: up to %(limit)s todos, oldest first, from the caller's queues.
+# claim_next: up to %(limit)s todos in claim order (CLAIM_ORDER: priority, then run_at), from the
+# caller's queues. Guard: _CLAIMABLE's cases, one branch each; locks: FOR UPDATE SKIP LOCKED per branch.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
-#    rows are read by one descent of todo_pending_claim_scan (a LATERAL join), never by sorting every
-#    pending row (SPEC trap 1). Queue controls: _queue_quotas above; each branch takes at most the
-#    queue's quota, and ``chosen`` keeps at most that many per queue across the branches.
+#    rows are read by one descent of todo_pending_claim_scan (queue, priority, run_at) in claim order (a
+#    LATERAL join), never by sorting every pending row (SPEC trap 1). Priority therefore holds within and
+#    across the caller's queues, and for batch claims.
+#  * Due scheduled todos come from todo_scheduled_due, also one descent per queue: the range
+#    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
+#  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
+#    keeps at most that many per queue across the branches, in claim order.
 #  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
-#    partial indexes in expiry/due order, and compete with pending rows on created_at.
+#    partial indexes in expiry/due order.
+#  * The branches other than pending are taken in time order and their rows compete with pending ones in
+#    claim order: until the reaper moves them to pending (within a sweep), a more urgent one further down
+#    such a branch may wait behind a less urgent one above it; taking them by priority would mean sorting
+#    the whole branch on every claim.
 #  * Every branch locks with SKIP LOCKED, so concurrent claimers never wait for or share a row. The
 #    CTEs are MATERIALIZED and the UPDATE joins the chosen ids, so the locking scans run exactly once
 #    and never take more than %(limit)s rows (a WHERE id IN (subquery) may be re-run by the planner).
@@ -174,21 +200,32 @@ bucket AS (
 CLAIM_NEXT = f"""
 WITH {_queue_quotas("q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])")},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.created_at FROM quotas CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.created_at FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        -- NULLS FIRST (created_at is never null, so the order is the same) matches only
-        -- todo_pending_claim_scan: a plain created_at index (the admin's todo_admin_recent) cannot yield
-        -- it, so the planner can never pick that one and walk the done history at its head on every claim
-        -- (seen in a 45 s soak: 10,000 buffers a claim, throughput down by two thirds).
-        ORDER BY t.created_at NULLS FIRST
+        -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
+        -- so no other index can ever serve this order: the planner once served the claim from the admin's
+        -- created_at index and walked the done history at its head on every claim (migration 0007: in a
+        -- 45 s soak, 10,000 buffers a claim, throughput down by two thirds).
+        ORDER BY t.priority, t.run_at NULLS FIRST
         LIMIT quotas.quota
         FOR UPDATE SKIP LOCKED
     ) p
 ),
+scheduled AS MATERIALIZED (
+    SELECT s.id, s.queue, s.priority, s.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) s
+),
 lapsed AS MATERIALIZED (
-    SELECT t.id, t.queue, t.created_at FROM todos_todo t
+    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
     WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
@@ -196,7 +233,7 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.queue, t.created_at FROM todos_todo t
+    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
     WHERE {S.RETRY_DUE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
@@ -205,14 +242,15 @@ due AS MATERIALIZED (
 ),
 chosen AS MATERIALIZED (
     SELECT id, queue FROM (
-        -- nth: the candidate's place in its queue, in the claim's order, so that no queue gives more
-        -- than its quota (for an unlimited queue the quota is %(limit)s and this keeps everything).
-        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.created_at) AS nth FROM (
-            SELECT * FROM pending UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+        -- nth: the candidate's place in its queue, in claim order, so that no queue gives more than its
+        -- quota (for an unlimited queue the quota is %(limit)s and this keeps everything).
+        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth FROM (
+            SELECT * FROM pending UNION ALL SELECT * FROM scheduled
+            UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
         ) c
     ) candidates JOIN quotas ON quotas.name = candidates.queue
     WHERE candidates.nth <= quotas.quota
-    ORDER BY created_at
+    ORDER BY {CLAIM_ORDER}
     LIMIT %(limit)s
 ),
 {_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")}
@@ -385,6 +423,28 @@ WHERE t.id = due.id
 RETURNING t.id, t.queue
 """)
 
+# promote_due_scheduled (reaper): a batch of scheduled todos whose run_at has come -> pending, so that
+# states read truthfully (claims take due ones without it). Guard: SCHEDULED_DUE; locks: SKIP LOCKED, shared
+# with other reapers and claimers; index: todo_scheduled_due, one range per registered queue (the registry
+# is small), never reaching future rows. Notifies the queues: a waiter may already have woken at run_at,
+# the notify covers waits that started later.
+PROMOTE_DUE_SCHEDULED = _notifying(f"""
+WITH due AS MATERIALIZED (
+    SELECT d.id FROM todos_queue q CROSS JOIN LATERAL (
+        SELECT t.id, t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = q.name
+        ORDER BY t.run_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ) d
+    LIMIT %(batch)s
+)
+UPDATE todos_todo t SET state = 'pending', updated_at = now()
+FROM due
+WHERE t.id = due.id
+RETURNING t.id, t.queue
+""")
+
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict (a
 # claim refused by its queue's controls says so).
 CURRENT_STATE = f"""
@@ -417,7 +477,8 @@ RETURNING {_TODO_COLUMNS}
 """
 )
 
-# discard (operator): pending or failed (retry-waiting or dead) -> done, the result saying who and why.
+# discard (operator): pending, scheduled or failed (retry-waiting or dead) -> done, the result saying who
+# and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
 # done frees the idempotency key, so this can never collide with a newer runnable todo.
 DISCARD = f"""
@@ -429,7 +490,8 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL,
     updated_at = now()
-WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.FAILED).sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
+WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
+  AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """
 
@@ -452,7 +514,7 @@ RETURNING {_TODO_COLUMNS}
 """
 )
 
-# cancel (an agent or operator): pending, retry-waiting or claimed -> cancelled, for each id that is
+# cancel (an agent or operator): pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is
 # cancellable (states.CANCELLABLE). A claimed todo's lease is revoked with it: lease_id cleared, so the
 # worker's next heartbeat, complete or fail matches no row and is classified as a conflict with state
 # cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
@@ -476,20 +538,46 @@ RETURNING {_TODO_COLUMNS}
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
 
+# run_now (operator): scheduled -> pending at once, run_at = now() (its place in claim order is now, behind
+# what was already waiting at its priority). Guard: state scheduled, in the operator's scopes; lock: the
+# rows updated, for this one statement. Recorded in errors, like retry now. Notifies.
+RUN_NOW = _notifying(
+    f"""
+UPDATE todos_todo t SET
+    state = 'pending',
+    run_at = now(),
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'operator run now', 'operator', %(operator)s::text)),
+    updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.SCHEDULED.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+)
+
+# set_priority (operator): a pending or scheduled todo's priority. Guard: one of those states, in the
+# operator's scopes (a claimed one is being worked on: its priority no longer means anything); lock: the
+# rows updated. Not recorded in errors (the admin's log records it); no notify: nothing new is claimable.
+SET_PRIORITY = f"""
+UPDATE todos_todo t SET priority = %(priority)s, updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.PRIORITY_CHANGEABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+"""
+
 
 # --- Reads -----------------------------------------------------------------------------------------
 
 # queue_stats (todos/selectors.py; feeds GET /api/v1/queues/, the admin dashboard and /metrics): per
 # queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
 # aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
-# index-only scan that also yields the oldest created_at), claimed from todo_claimed_lease_expiry,
-# retry-waiting from todo_retry_due, dead-letters from todo_dead_letters, cancelled from
-# todo_cancelled_recent (index-only; retention keeps it short). Done todos are history and are not
-# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
+# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
+# todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
+# retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
+# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
-    SELECT queue, count(*) AS n, min(created_at) AS oldest FROM todos_todo
+    SELECT queue, count(*) AS n, min(run_at) AS oldest FROM todos_todo
     WHERE {S.PENDING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 ),
 claimed AS (
@@ -504,12 +592,16 @@ dead AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.DEAD_LETTER.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 ),
+scheduled AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.SCHEDULED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
 cancelled AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.CANCELLED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
-    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision,
+    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0),
     COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst
 FROM q
 JOIN todos_queue r ON r.name = q.name
@@ -517,18 +609,22 @@ LEFT JOIN pending ON pending.queue = q.name
 LEFT JOIN claimed ON claimed.queue = q.name
 LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
+LEFT JOIN scheduled ON scheduled.queue = q.name
 LEFT JOIN cancelled ON cancelled.queue = q.name
 ORDER BY q.name
 """
 
 # seconds_until_claimable (the long-poll, todos/waiting.py): seconds (by the database's clock) until the
-# earliest lease in the caller's queues lapses or the earliest scheduled retry comes due: work that
-# becomes claimable with no write and so no NOTIFY. Negative when such work is claimable already; NULL
-# when there is none. Same queue set and assignee rule as CLAIM_NEXT; paused queues are left out (resume
-# notifies). Queue controls add two moments, for limited queues with pending work:
+# earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
+# scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
+# when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
+# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled branch is one descent of
+# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
+# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows. Queue
+# controls add two moments, for limited queues with pending work:
 #  * a rate-limited one: when its bucket next holds a whole token (tokens refill with no write);
 #  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
-#    listen.FALLBACK_POLL_SECONDS). A complete or fail that frees a slot does not notify: that would cost
+#    waiting.FALLBACK_POLL_SECONDS). A complete or fail that frees a slot does not notify: that would cost
 #    every completion of every queue a lookup, and the completing worker usually claims again itself.
 SECONDS_UNTIL_CLAIMABLE = f"""
 WITH queues AS (
@@ -548,6 +644,11 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(t.next_retry_at) FROM todos_todo t
      WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
        AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at LIMIT 1
+    ) s),
     (SELECT min(w.refilled_at + make_interval(secs => GREATEST(1 - w.tokens, 0) / w.rate_per_second))
      FROM waiting w WHERE w.rate_per_second IS NOT NULL),
     (SELECT min(CASE WHEN todos_live_leases(w.name) >= w.max_claimed THEN now() END)

@@ -41,7 +41,11 @@ class TodoState(models.TextChoices):
     # (left by the retry scheduler, a claim once due, retry now or discard); with next_retry_at null it
     # is a dead-letter, left only by operator retry or discard.
     FAILED = "failed", "failed"
-    # Terminal. Entered by cancel (an agent or an operator) from pending, retry-waiting or claimed (the
+    # Entered by create with a future run_at (or a delay). Left by a claim once run_at has passed (the
+    # claim scan sees due ones at once), by the reaper's promotion to pending, or by an operator's run now
+    # (or discard). Holds no lease.
+    SCHEDULED = "scheduled", "scheduled"
+    # Terminal. Entered by cancel (an agent or an operator) from pending, scheduled, retry-waiting or claimed (the
     # lease is revoked: the worker's next heartbeat, complete or fail is a conflict). completed_at is
     # when it was cancelled; who and why are in errors. Frees the idempotency key; retention removes it.
     CANCELLED = "cancelled", "cancelled"
@@ -61,6 +65,8 @@ class Todo(Protocol):
     def attempt(self) -> int: ...
     @property
     def max_attempts(self) -> int: ...
+    @property
+    def run_at(self) -> datetime | None: ...
 
 
 Predicate = Callable[[Todo, datetime], bool]
@@ -132,6 +138,7 @@ PENDING = state_in(TodoState.PENDING).named("pending")
 CLAIMED = state_in(TodoState.CLAIMED).named("claimed")
 DONE = state_in(TodoState.DONE).named("done")
 FAILED = state_in(TodoState.FAILED).named("failed")
+SCHEDULED = state_in(TodoState.SCHEDULED).named("scheduled")
 CANCELLED = state_in(TodoState.CANCELLED).named("cancelled")
 
 # --- The column tests the derived states are made of -----------------------------------------------
@@ -155,6 +162,9 @@ LEASE_EXPIRED = Condition(
     Q(lease_expires_at__lt=Now()),
     lambda t, now: t.lease_expires_at is not None and t.lease_expires_at < now,
 )
+RUN_TIME_REACHED = Condition(
+    "{t}run_at <= now()", Q(run_at__lte=Now()), lambda t, now: t.run_at is not None and t.run_at <= now
+)
 BELOW_CAP = Condition(
     "{t}attempt < {t}max_attempts", Q(attempt__lt=F("max_attempts")), lambda t, _: t.attempt < t.max_attempts
 )
@@ -175,15 +185,35 @@ RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
 RETRY_DUE = (RETRY_WAITING & RETRY_TIME_REACHED).named("retry due")
 # Failed with no retry scheduled: only an operator brings it back (SPEC decision 4).
 DEAD_LETTER = (FAILED & NO_RETRY).named("dead-letter")
-# What a claim may take (besides the assignee rule): pending, a reclaimable lapsed lease, a due retry.
-CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE).named("claimable")
+# Scheduled and due: claimable by the claim scan at once (like a lapsed lease, SPEC decision 1), promoted
+# to pending by the reaper. Served by todo_scheduled_due (queue, run_at) WHERE state = 'scheduled'.
+SCHEDULED_DUE = (SCHEDULED & RUN_TIME_REACHED).named("scheduled due")
+# What a claim may take (besides the assignee rule): pending, a reclaimable lapsed lease, a due retry,
+# a scheduled todo whose run_at has come.
+CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE | SCHEDULED_DUE).named("claimable")
 # The todos that can still run: they hold their idempotency key (SPEC decision 3); done and
 # dead-lettered todos free it. Also the unique constraint's predicate, which sql.CREATE's ON CONFLICT
 # must repeat for PostgreSQL to use that partial index as the arbiter.
-RUNNABLE = ((PENDING | CLAIMED) | RETRY_WAITING).named("runnable")
+RUNNABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("runnable")
+# Operators may change the priority of, or run now, only what has not started.
+PRIORITY_CHANGEABLE = (PENDING | SCHEDULED).named("priority changeable")
 # What cancel may take: work not yet finished and not dead (a dead-letter is the operator's: retry or
-# discard). The scheduling issue's ``scheduled`` joins this list.
-CANCELLABLE = ((PENDING | CLAIMED) | RETRY_WAITING).named("cancellable")
+# discard): pending, scheduled, claimed and retry-waiting todos.
+CANCELLABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("cancellable")
+
+# --- Scheduling's other vocabulary (issue 12) --------------------------------------------------------
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100  # lower runs first (Graphile Worker's convention)
+MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
+# Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at: creation time
+# unless scheduled). created_at would do for time only while nothing is scheduled.
+CLAIM_ORDER = ("priority", "run_at")
+
+
+def claim_order_sql(alias: str = "") -> str:
+    """CLAIM_ORDER as an ORDER BY list for todos/sql.py (``alias`` prefixes each column)."""
+    return ", ".join(f"{alias}.{c}" if alias else c for c in CLAIM_ORDER)
+
 
 # Every named condition, for the agreement test.
 ALL: tuple[Condition, ...] = (
@@ -198,13 +228,16 @@ ALL: tuple[Condition, ...] = (
     RETRY_WAITING,
     RETRY_DUE,
     DEAD_LETTER,
+    SCHEDULED,
+    SCHEDULED_DUE,
     CLAIMABLE,
     RUNNABLE,
     CANCELLABLE,
+    PRIORITY_CHANGEABLE,
 )
 
 # What the admin shows for a todo: each todo is exactly one of these.
-DISPLAYED: tuple[Condition, ...] = (PENDING, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER, CANCELLED)
+DISPLAYED: tuple[Condition, ...] = (PENDING, SCHEDULED, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER, CANCELLED)
 
 
 def label(todo: Todo) -> str:
@@ -235,6 +268,8 @@ SHAPES: dict[str, Q] = {
     TodoState.CLAIMED: _LEASE_HELD & NO_RETRY.q & _UNFINISHED,
     TodoState.DONE: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
     TodoState.FAILED: _UNFINISHED & (NO_RETRY.q | _NO_LEASE),
+    # Waiting for its run_at: never claimed since it was created (no owner, no lease), nothing to retry.
+    TodoState.SCHEDULED: Q(owner__isnull=True, run_at__isnull=False) & _NO_LEASE & NO_RETRY.q & _UNFINISHED,
     TodoState.CANCELLED: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
 }
 

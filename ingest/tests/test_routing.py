@@ -133,3 +133,25 @@ def test_replay_with_a_failing_route_creates_none_of_the_todos(make_source, make
     with pytest.raises(RoutingFailed):
         routing.replay(event)
     assert Todo.objects.count() == 0
+
+
+def test_a_route_with_a_delay_and_a_priority_makes_a_scheduled_todo_with_them(make_source, make_route):
+    make_route(make_source(), "*", "q", delay_seconds=120, priority=-4)
+    [routed] = routing.route_event(_event(), routing.active_routes("gh"))
+    todo = routed.todo
+    assert todo.state == "scheduled" and todo.priority == -4
+    assert (todo.run_at - todo.created_at).total_seconds() == 120
+
+
+def test_a_route_without_a_delay_makes_a_pending_todo(make_source, make_route):
+    make_route(make_source(), "*", "q")
+    [routed] = routing.route_event(_event(), routing.active_routes("gh"))
+    assert routed.todo.state == "pending" and routed.todo.priority == 0
+
+
+def test_a_replay_returns_the_scheduled_todo_instead_of_duplicating_it(make_source, make_route):
+    make_route(make_source(), "*", "q", delay_seconds=600)
+    event = _event()
+    [first] = routing.route_event(event, routing.active_routes("gh"))
+    [again] = routing.replay(event)
+    assert not again.created and again.todo.id == first.todo.id

@@ -52,6 +52,7 @@ def test_metrics_show_the_queue_and_the_transitions_after_a_known_workload(clien
     }
     for _ in range(3):
         make_todo("metrics-q", max_attempts=1, created_at=Now() - timedelta(seconds=90))
+    make_todo("metrics-q", delay_seconds=3600)
     [todo] = queue.claim_next(agent=agent, queues=["metrics-q"])
     queue.fail(todo.id, agent=agent, lease_id=todo.lease_id, error="boom")  # attempt 1 of 1: dead-letter
     with pytest.raises(Exception):  # noqa: B017 (a conflict: the receipt is spent)
@@ -66,6 +67,7 @@ def test_metrics_show_the_queue_and_the_transitions_after_a_known_workload(clien
     assert gauge("switchboard_todos", queue="metrics-q", state="pending") == 2
     assert gauge("switchboard_todos", queue="metrics-q", state="claimed") == 0
     assert gauge("switchboard_todos", queue="metrics-q", state="failed") == 1
+    assert gauge("switchboard_todos", queue="metrics-q", state="scheduled") == 1
     assert gauge("switchboard_dead_letters", queue="metrics-q") == 1
     assert gauge("switchboard_retry_waiting", queue="metrics-q") == 0
     assert 85 <= gauge("switchboard_oldest_pending_age_seconds", queue="metrics-q") < 300
@@ -74,7 +76,7 @@ def test_metrics_show_the_queue_and_the_transitions_after_a_known_workload(clien
     def counter(verb: str, outcome: str) -> float:
         return samples[(key[0], (("outcome", outcome), ("verb", verb)))]
 
-    assert counter("create", "ok") - before["create"] == 3
+    assert counter("create", "ok") - before["create"] == 4  # three pending, one scheduled
     assert counter("claim_next", "ok") - before["claim"] == 1
     assert counter("fail", "dead_lettered") - before["fail"] == 1
     assert counter("complete", "conflict") - before["conflict"] == 1

@@ -74,6 +74,8 @@ _TODO: dict[str, Any] = {
     "attempt": 1,
     "max_attempts": 5,
     "next_retry_at": None,
+    "run_at": "2026-01-01T12:00:00Z",
+    "priority": 0,
     "result": None,
     "errors": [],
     "created_at": "2026-01-01T12:00:00Z",
@@ -91,6 +93,7 @@ _FAILED = {
     "next_retry_at": "2026-01-01T12:00:31Z",
     "errors": [{"attempt": 1, "at": "2026-01-01T12:00:21Z", "error": "timeout talking to GitHub"}],
 }
+_SCHEDULED = {**_PENDING, "state": "scheduled", "run_at": "2026-01-02T09:00:00Z", "priority": -10}
 _LEASE = {"lease_id": _TODO["lease_id"]}
 _CANCELLED = {
     **_TODO,
@@ -130,8 +133,47 @@ CREATE_EXAMPLES = [
             "idempotency_key": "pr-42",
         }
     ),
+    _req(
+        {
+            "queue": "reports",
+            "kind": "digest",
+            "payload": {"day": "2026-01-01"},
+            "run_at": "2026-01-02T09:00:00Z",
+            "priority": -10,
+        },
+        "scheduled request",
+    ),
     _res({**_PENDING, "created": True}, "created", 201),
     _res({**_PENDING, "created": False}, "existing", 200),
+    _res({**_SCHEDULED, "created": True}, "scheduled", 201),
+]
+PATCH_EXAMPLES = [_req({"priority": -50}), _res({**_PENDING, "priority": -50})]
+RUN_NOW_EXAMPLES = [_res({**_PENDING, "run_at": "2026-01-01T12:00:07Z"})]
+SCHEDULE_EXAMPLES = [
+    _res(
+        {
+            "schedules": [
+                {
+                    "name": "nightly-digest",
+                    "cron": "30 2 * * *",
+                    "timezone": "Europe/Berlin",
+                    "queue": "reports",
+                    "kind": "digest",
+                    "title": "Nightly digest",
+                    "payload": {},
+                    "priority": 0,
+                    "max_attempts": None,
+                    "active": True,
+                    "catch_up": "latest",
+                    "last_tick_at": "2026-01-01T01:30:00Z",
+                    "next_run_at": "2026-01-02T01:30:00Z",
+                    "last_todo": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5",
+                    "last_error": "",
+                    "created_at": "2025-12-01T10:00:00Z",
+                }
+            ]
+        }
+    )
 ]
 TODO_LIST_EXAMPLES = [
     _res({"next": "https://switchboard.example/api/v1/todos/?cursor=cD0yMDI2", "previous": None, "results": [_PENDING]})
@@ -178,6 +220,7 @@ QUEUE_EXAMPLES = [
                     "failed": 2,
                     "retry_waiting": 1,
                     "dead_letters": 1,
+                    "scheduled": 40,
                     "oldest_pending_age_seconds": 4.2,
                     "cancelled": 0,
                     "paused": False,

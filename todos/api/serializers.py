@@ -5,15 +5,30 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from todos.errors import PayloadTooLarge
-from todos.models import MAX_QUEUE_LIMIT, SCOPE_RE, Todo, TodoState, validate_queue_name, validate_scope
+from todos.models import (
+    MAX_DELAY_SECONDS,
+    MAX_QUEUE_LIMIT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    SCOPE_RE,
+    Schedule,
+    Todo,
+    TodoState,
+    validate_queue_name,
+    validate_scope,
+)
 
 MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0
@@ -137,6 +152,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "attempt",
             "max_attempts",
             "next_retry_at",
+            "run_at",
+            "priority",
             "result",
             "errors",
             "created_at",
@@ -171,6 +188,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "attempt": todo.attempt,
             "max_attempts": todo.max_attempts,
             "next_retry_at": _iso(todo.next_retry_at),
+            "run_at": _iso(todo.run_at),
+            "priority": todo.priority,
             "result": todo.result,
             "errors": todo.errors,
             "created_at": _iso(todo.created_at),
@@ -246,6 +265,7 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     failed = serializers.IntegerField(help_text="retry_waiting + dead_letters")
     retry_waiting = serializers.IntegerField()
     dead_letters = serializers.IntegerField()
+    scheduled = serializers.IntegerField(help_text="waiting for their run_at")
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
     cancelled = serializers.IntegerField(help_text="cancelled todos not yet removed by retention")
     paused = serializers.BooleanField()
@@ -267,6 +287,52 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
 
 
 # --- input ------------------------------------------------------------------------------------
+
+# RFC 3339's date-time: a T (or space), seconds, optional fraction, and an offset or Z. Python's
+# fromisoformat alone would also take a date, a naive time or week dates.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class RFC3339Field(serializers.Field[datetime, Any, str | None, Any]):
+    """An RFC 3339 timestamp with its offset, at most MAX_DELAY_SECONDS ahead (a naive time would be
+    read in some server's zone: refused)."""
+
+    default_error_messages = {
+        "format": "Expected an RFC 3339 timestamp with an offset, e.g. 2026-01-02T03:04:05Z.",
+        "far": "run_at may be at most a year ahead.",
+    }
+
+    def to_internal_value(self, data: Any) -> datetime:
+        if not isinstance(data, str) or not _RFC3339.match(data):
+            self.fail("format")
+        try:
+            value = datetime.fromisoformat(data.upper())  # out-of-range fields (month 13) raise
+        except ValueError:
+            self.fail("format")
+        # A bound on the input, not a guard on state: the database's clock decides when it runs.
+        if value > timezone.now() + timedelta(seconds=MAX_DELAY_SECONDS):
+            self.fail("far")
+        return value
+
+    def to_representation(self, value: datetime) -> str | None:
+        return _iso(value)
+
+
+class PriorityField(serializers.IntegerField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            min_value=PRIORITY_MIN,
+            max_value=PRIORITY_MAX,
+            help_text="-100 to 100, default 0; lower runs first (claims take priority, then run_at).",
+            **kwargs,
+        )
+
+    def to_internal_value(self, data: Any) -> int:
+        # IntegerField would take "5", 5.0 and true; a priority is a JSON integer.
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
 
 
 class StrictInput(serializers.Serializer[Any]):
@@ -296,6 +362,32 @@ class TodoCreateInput(StrictInput):
         max_length=100, required=False, allow_null=True, default=None, help_text="Only this agent may claim it."
     )
     max_attempts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None)
+    run_at = RFC3339Field(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="When it may first run (RFC 3339, with an offset), at most a year ahead. In the future the "
+        "todo is `scheduled`, invisible to claims until then. Not with delay_seconds.",
+    )
+    delay_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_DELAY_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
+    )
+    priority = PriorityField(default=0)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
+            message = "Give run_at or delay_seconds, not both."
+            raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
+        return attrs
+
+
+class TodoPatchInput(StrictInput):
+    priority = PriorityField()
 
 
 class TodoListFilter(serializers.Serializer[Any]):
@@ -395,3 +487,43 @@ class QueueLimitsInput(StrictInput):
         if not attrs:
             raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
         return attrs
+
+
+# --- schedules ---------------------------------------------------------------------------------
+
+
+class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
+    active = serializers.BooleanField(source="is_active", read_only=True)
+    next_run_at = serializers.SerializerMethodField(help_text="The next tick after now, in UTC.")
+    last_todo = serializers.CharField(source="last_todo_id", allow_null=True, read_only=True)
+
+    class Meta:
+        model = Schedule
+        fields = [
+            "name",
+            "cron",
+            "timezone",
+            "queue",
+            "kind",
+            "title",
+            "payload",
+            "priority",
+            "max_attempts",
+            "active",
+            "catch_up",
+            "last_tick_at",
+            "next_run_at",
+            "last_todo",
+            "last_error",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_next_run_at(self, schedule: Schedule) -> str | None:
+        from todos.schedules import next_tick
+
+        return _iso(next_tick(schedule, timezone.now()))
+
+
+class ScheduleListSerializer(serializers.Serializer[Any]):
+    schedules = ScheduleSerializer(many=True)

@@ -17,7 +17,9 @@ urlpatterns = [
     path("todos/<str:todo_id>/fail/", views.TodoFailApi.as_view(), name="todo-fail"),
     path("todos/<str:todo_id>/release/", views.TodoReleaseApi.as_view(), name="todo-release"),
     path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
+    path("todos/<str:todo_id>/run-now/", views.TodoRunNowApi.as_view(), name="todo-run-now"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
+    path("schedules/", views.ScheduleListApi.as_view(), name="schedule-list"),
     path("todos/<str:todo_id>/cancel/", views.TodoCancelApi.as_view(), name="todo-cancel"),
     # Queue names may hold "/": the action routes come before the detail route that would swallow them.
     path("queues/<path:name>/pause/", views.QueuePauseApi.as_view(), name="queue-pause"),

@@ -37,13 +37,16 @@ from todos.api.serializers import (
     QueueListSerializer,
     ReleaseInput,
     RetryInput,
+    ScheduleListSerializer,
+    ScheduleSerializer,
     TodoCreateInput,
     TodoListFilter,
+    TodoPatchInput,
     TodoSerializer,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.models import Agent, Todo, hash_token
+from todos.models import Agent, Schedule, Todo, hash_token
 
 
 def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
@@ -60,6 +63,17 @@ def _todo_id(todo_id: str) -> str:
 
 def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
+
+
+def _staff_agent(request: Request, todo_id: str) -> Agent:
+    """The caller's agent, if the caller is a staff user; otherwise 404 for a todo it cannot see (ids do not
+    leak) and 403 for one it can."""
+    agent = caller_agent(request)
+    if not request.user.is_staff:
+        if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
+            raise TodoNotFound(f"No todo {todo_id}.")
+        raise PermissionDenied("Only staff may do this.")
+    return agent
 
 
 class TodoListCreateApi(generics.GenericAPIView[Todo]):
@@ -124,15 +138,41 @@ class TodoDetailApi(APIView):
             raise TodoNotFound(f"No todo {todo_id}.")
         return _render(todo)
 
+    @extend_schema(
+        operation_id="todos_partial_update",
+        summary="Change a todo's priority (staff)",
+        description="Staff only: the priority of a pending or scheduled todo (409 with the state otherwise).",
+        request=TodoPatchInput,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), docs.PATCH_EXAMPLES),
+    )
+    def patch(self, request: Request, todo_id: str) -> Response:
+        agent = _staff_agent(request, _todo_id(todo_id))
+        data = _valid(TodoPatchInput, request.data)
+        return _render(queue.set_priority(todo_id, priority=data["priority"], agent=agent))
+
+
+class TodoRunNowApi(APIView):
+    @extend_schema(
+        operation_id="todos_run_now",
+        summary="Run a scheduled todo now (staff)",
+        description="Staff only: a scheduled todo becomes pending at once (run_at = now); recorded in `errors`. "
+        "409 with the state if it is not scheduled.",
+        request=None,
+        **docs.documented(TodoSerializer, (401, 403, 404, 409), docs.RUN_NOW_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = _staff_agent(request, _todo_id(todo_id))
+        return _render(queue.run_now(todo_id, operator=agent.name, agent=agent))
+
 
 class TodoClaimNextApi(APIView):
     @extend_schema(
         operation_id="todos_claim_next",
         summary="Claim the next todos",
-        description="Claims up to `limit` todos, oldest first, from the caller's claim scopes (narrowed by "
-        "`queues`). `wait_seconds` long-polls: the request waits until work becomes claimable in those queues "
-        "or the time runs out, then answers 200 with an empty list. Naming a queue outside the claim scopes "
-        "is 403 `forbidden` at once, listing them in `queues`.",
+        description="Claims up to `limit` todos in claim order (priority, then run_at), from the caller's claim "
+        "scopes (narrowed by `queues`). `wait_seconds` long-polls: the request waits until work becomes "
+        "claimable in those queues or the time runs out, then answers 200 with an empty list. Naming a queue "
+        "outside the claim scopes is 403 `forbidden` at once, listing them in `queues`.",
         request=ClaimNextInput,
         **docs.documented(ClaimedSerializer, (400, 401, 403, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
@@ -309,9 +349,9 @@ class TodoCancelApi(APIView):
     @extend_schema(
         operation_id="todos_cancel",
         summary="Cancel a todo",
-        description="pending, retry-waiting or claimed -> cancelled, a terminal state that frees the idempotency "
-        "key. A claimed todo's lease is revoked: its worker's next heartbeat, complete or fail answers 409 with "
-        '`"state": "cancelled"`. Who and why are kept in `errors`. For agents whose claim or create scopes cover '
+        description="pending, scheduled, retry-waiting or claimed -> cancelled, a terminal state that frees the "
+        "idempotency key. A claimed todo's lease is revoked: its worker's next heartbeat, complete or fail answers 409 "
+        'with `"state": "cancelled"`. Who and why are kept in `errors`. For agents whose claim or create scopes cover '
         "the queue, and staff; 409 with the current state if it is done, a dead-letter or already cancelled.",
         request=CancelInput,
         **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.CANCEL_EXAMPLES),
@@ -411,6 +451,7 @@ class QueueListApi(APIView):
                         "failed": s.failed,
                         "retry_waiting": s.retry_waiting,
                         "dead_letters": s.dead_letters,
+                        "scheduled": s.scheduled,
                         "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
                         "cancelled": s.cancelled,
                         "paused": s.paused,
@@ -422,3 +463,19 @@ class QueueListApi(APIView):
                 ]
             }
         )
+
+
+class ScheduleListApi(APIView):
+    @extend_schema(
+        operation_id="schedules_list",
+        summary="Recurring schedules",
+        description="Staff see every schedule; an agent sees those whose queue is in its create scopes. Each "
+        "with its next run (UTC), the last tick the reapers dealt with and the last todo a tick made.",
+        **docs.documented(ScheduleListSerializer, (401,), docs.SCHEDULE_EXAMPLES),
+    )
+    def get(self, request: Request) -> Response:
+        agent = caller_agent(request)
+        schedules = Schedule.objects.order_by("name")
+        if not request.user.is_staff:
+            schedules = schedules.filter(queue__like_any=agent.create_like_patterns())
+        return Response({"schedules": ScheduleSerializer(schedules, many=True).data})

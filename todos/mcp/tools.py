@@ -223,6 +223,9 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "payload": {"description": "Any JSON."},
     "assignee": {"type": "string", "description": "Only this agent may claim it."},
     "idempotency_key": {"type": "string", "description": "Same key, same queue: the existing todo."},
+    "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first; 0."},
+    "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, an offset)."},
+    "delay_seconds": {"type": "number", "minimum": 0, "description": "Not before now + this; not with run_at."},
 }
 
 TOOLS: dict[str, Tool] = {

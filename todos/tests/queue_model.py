@@ -1,9 +1,10 @@
 """A small pure-Python model of the todo state machine: SPEC.md's transition table and decisions,
 written without SQL, for test_queue_model.py to run beside the real queue.
 
-Time is abstract. Nothing lapses or falls due by itself (leases are long, retries far off); the test
-ages a lease or a retry explicitly, and the model records the order of those agings, which is the
-order of the database timestamps they set.
+Time is abstract. Nothing lapses or falls due by itself (leases are long, retries and scheduled run_at
+far off); the test ages a lease, a retry or a scheduled todo explicitly, and the model records the order
+of those agings, which is the order of the database timestamps they set. ``run_order`` stands for
+run_at: the creation tick, or the tick at which a scheduled todo was made due or run now.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class ModelTodo:
     assignee: str | None
     max_attempts: int
     state: str = "pending"
+    priority: int = 0
+    run_order: int = 0
+    due_now: bool = False  # scheduled only: run_at has come
     attempt: int = 0
     retry: str | None = None  # failed only: None = dead-letter, "waiting", "due"
     lapsed: bool = False  # claimed only: lease_expires_at in the past
@@ -52,7 +56,11 @@ class ModelTodo:
     @property
     def runnable(self) -> bool:
         """Holds its idempotency key (SPEC decision 3)."""
-        return self.state in ("pending", "claimed") or (self.state == "failed" and self.retry is not None)
+        return self.state in ("pending", "claimed", "scheduled") or (self.state == "failed" and self.retry is not None)
+
+    @property
+    def claim_order(self) -> tuple[int, int]:
+        return (self.priority, self.run_order)
 
 
 @dataclass
@@ -81,6 +89,7 @@ class QueueModel:
             t.state == "pending"
             or (t.state == "claimed" and t.lapsed and t.attempt < t.max_attempts)
             or (t.state == "failed" and t.retry == "due")
+            or (t.state == "scheduled" and t.due_now)
         )
 
     def _miss(self, t: ModelTodo | None, agent: ModelAgent | None) -> Outcome:
@@ -94,36 +103,48 @@ class QueueModel:
 
     # --- transitions -------------------------------------------------------------------------
     def create(
-        self, todo_id: str, queue: str, key: str | None, assignee: str | None, max_attempts: int
+        self,
+        todo_id: str,
+        queue: str,
+        key: str | None,
+        assignee: str | None,
+        max_attempts: int,
+        priority: int = 0,
+        scheduled: bool = False,
     ) -> tuple[ModelTodo, bool]:
         """(the todo, created): an existing runnable holder of the key is returned instead of a new one."""
         self.queues.add(queue)
         holder = self.key_holder(queue, key)
         if holder is not None:
             return holder, False
-        t = ModelTodo(todo_id, self.tick(), queue, key, assignee, max_attempts)
+        seq = self.tick()
+        t = ModelTodo(todo_id, seq, queue, key, assignee, max_attempts, priority=priority, run_order=seq)
+        if scheduled:
+            t.state = "scheduled"
+            t.run_order = 10**9 + seq  # far ahead: later than anything until it is made due
         self.todos[todo_id] = t
         return t, True
 
     def choose_next(self, agent: ModelAgent, wanted: list[str] | None, limit: int) -> list[ModelTodo]:
-        """Which todos claim_next takes: per queue the oldest pending, plus the earliest-lapsed leases
-        and the earliest-due retries (each branch capped at ``limit``), then the oldest ``limit`` of those."""
+        """Which todos claim_next takes: per queue the first pending in claim order (priority, then
+        run_at) and the earliest-due scheduled, plus the earliest-lapsed leases and the earliest-due
+        retries (each branch capped at ``limit``), then the first ``limit`` of those in claim order."""
         queues = {q for q in self.queues if agent.sees(q) and (wanted is None or q in wanted)}
         mine = [t for t in self.todos.values() if t.queue in queues and self.claimable(t, agent)]
         candidates: list[ModelTodo] = []
         for q in queues:
-            candidates += sorted((t for t in mine if t.queue == q and t.state == "pending"), key=lambda t: t.seq)[
-                :limit
-            ]
+            here = [t for t in mine if t.queue == q]
+            candidates += sorted((t for t in here if t.state == "pending"), key=lambda t: t.claim_order)[:limit]
+            candidates += sorted((t for t in here if t.state == "scheduled"), key=lambda t: t.run_order)[:limit]
         candidates += sorted((t for t in mine if t.state == "claimed"), key=lambda t: t.lapse_order)[:limit]
         candidates += sorted((t for t in mine if t.state == "failed"), key=lambda t: t.due_order)[:limit]
-        return sorted(candidates, key=lambda t: t.seq)[:limit]
+        return sorted(candidates, key=lambda t: t.claim_order)[:limit]
 
     def take(self, t: ModelTodo, agent: ModelAgent, lease: str) -> None:
         if t.state == "claimed":  # a lapsed lease re-claimed before the reaper saw it
             t.errors += 1
         t.state, t.attempt, t.owner, t.lease = "claimed", t.attempt + 1, agent.name, lease
-        t.lapsed, t.retry = False, None
+        t.lapsed, t.retry, t.due_now = False, None, False
 
     def claim(self, todo_id: str, agent: ModelAgent) -> Outcome:
         t = self.todos.get(todo_id)
@@ -175,15 +196,32 @@ class QueueModel:
         return OK, t
 
     def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
-        """pending, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
+        """pending, scheduled, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
         t = self.todos.get(todo_id)
         cancellable = t is not None and (
-            t.state in ("pending", "claimed") or (t.state == "failed" and t.retry is not None)
+            t.state in ("pending", "scheduled", "claimed") or (t.state == "failed" and t.retry is not None)
         )
         if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
             return self._miss(t, agent)
         t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
         return OK, t
+
+    def run_now(self, todo_id: str) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or t.state != "scheduled":
+            return self._miss(t, None)
+        t.state, t.run_order, t.due_now, t.errors = "pending", self.tick(), False, t.errors + 1
+        return OK, t
+
+    def set_priority(self, todo_id: str, priority: int) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or t.state not in ("pending", "scheduled"):
+            return self._miss(t, None)
+        t.priority = priority
+        return OK, t
+
+    def make_scheduled_due(self, t: ModelTodo) -> None:
+        t.due_now, t.run_order = True, self.tick()
 
     def lapse(self, t: ModelTodo) -> None:
         t.lapsed, t.lapse_order = True, self.tick()
@@ -191,8 +229,8 @@ class QueueModel:
     def make_due(self, t: ModelTodo) -> None:
         t.retry, t.due_order = "due", self.tick()
 
-    def reap(self) -> tuple[int, int, int]:
-        requeued = dead = promoted = 0
+    def reap(self) -> tuple[int, int, int, int]:
+        requeued = dead = promoted = scheduled = 0
         for t in self.todos.values():
             if t.state == "claimed" and t.lapsed:
                 t.errors += 1
@@ -204,4 +242,7 @@ class QueueModel:
         for t in self.todos.values():
             if t.state == "failed" and t.retry == "due":
                 t.state, t.retry, promoted = "pending", None, promoted + 1
-        return requeued, dead, promoted
+        for t in self.todos.values():
+            if t.state == "scheduled" and t.due_now:
+                t.state, t.due_now, scheduled = "pending", False, scheduled + 1
+        return requeued, dead, promoted, scheduled

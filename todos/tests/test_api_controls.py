@@ -72,6 +72,16 @@ def test_cancel_a_retry_waiting_todo(api, make_todo):
     assert todo.state == TodoState.CANCELLED and todo.next_retry_at is None
 
 
+def test_cancel_a_scheduled_todo_and_it_never_comes_due(api, agent):
+    todo, _ = queue.create(queue="jobs", title="later", delay_seconds=3600)
+    assert todo.state == TodoState.SCHEDULED
+    response = api.post(f"/todos/{todo.id}/cancel/", {"reason": "not needed"})
+    assert response.status_code == 200, response.content
+    todo.refresh_from_db()
+    assert todo.state == TodoState.CANCELLED and todo.errors[-1]["was"] == "scheduled"
+    assert queue.claim_next(agent=agent, queues=["jobs"]) == []
+
+
 @pytest.mark.parametrize("state", [TodoState.DONE, TodoState.FAILED, TodoState.CANCELLED])
 def test_cancel_of_a_finished_or_dead_todo_is_conflict_and_changes_nothing(api, make_todo, state):
     todo = make_todo("jobs", state=state, attempt=5)

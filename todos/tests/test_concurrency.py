@@ -4,6 +4,7 @@ together on a barrier. Every test commits for real (transaction=True), as produc
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -60,9 +61,10 @@ def seed(queue_name: str, n: int, *, state_sql: str = "") -> list[str]:
         cursor.execute(
             """
             INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
-                                    created_at, updated_at)
+                                    created_at, updated_at, run_at)
             SELECT 'td_' || replace(gen_random_uuid()::text, '-', ''), %s, '', 'k', 'seeded', '{}'::jsonb,
-                   'pending', 0, 5, '[]'::jsonb, now() - interval '1 hour' + i * interval '1 millisecond', now()
+                   'pending', 0, 5, '[]'::jsonb, now() - interval '1 hour' + i * interval '1 millisecond', now(),
+                   now() - interval '1 hour' + i * interval '1 millisecond'
             FROM generate_series(1, %s) AS i
             RETURNING id
             """,
@@ -282,3 +284,37 @@ def test_complete_reaper_and_reclaim_racing_on_a_lapsed_todo_have_at_most_one_wi
             assert (todo.state, todo.owner, todo.attempt) == (TodoState.CLAIMED, "fast", 2)
             assert todo.lease_id != mine.lease_id
             assert lapses == 1
+
+
+def test_around_a_due_time_two_reapers_and_eight_claimers_claim_each_scheduled_todo_once(make_agent):
+    """300 todos fall due together a second from now. Claimers take due ones through the claim scan while
+    two reapers promote the same rows to pending: whichever gets a row, it is claimed exactly once."""
+    alice = make_agent("alice")
+    created = seed("due", 300, state_sql="state = 'scheduled', run_at = now() + interval '1 second'")
+    deadline = time.monotonic() + 20
+    claimed = Counter[str]()
+    lock = threading.Lock()
+
+    def running() -> bool:
+        with lock:
+            return time.monotonic() < deadline and claimed.total() < len(created)
+
+    def claimer() -> list[str]:
+        got: list[str] = []
+        while running():
+            todos = queue.claim_next(agent=alice, limit=5)
+            got.extend(t.id for t in todos)
+            with lock:
+                claimed.update(t.id for t in todos)
+            if not todos:
+                time.sleep(0.01)
+        return got
+
+    def reaper() -> list[str]:
+        while running():
+            queue.reap_once(batch=20)
+            time.sleep(0.005)
+        return []
+
+    per_thread = run_together([claimer] * 8 + [reaper] * 2)
+    assert_claimed_exactly_once(created, per_thread)

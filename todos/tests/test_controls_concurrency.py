@@ -265,7 +265,7 @@ def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
 
 
 def test_a_create_never_waits_for_a_claim_writing_its_queues_token_bucket(agent):
-    # A rate-limited queue's claims update its todos_queue row; the registering trigger (migration 0013)
+    # A rate-limited queue's claims update its todos_queue row; the registering trigger (migration 0014)
     # reads before it inserts, so a create into the queue does not queue up behind that write.
     queue.create(queue="rated.w")
     controls.set_limits("rated.w", rate_per_second=5)

@@ -20,6 +20,7 @@ def _seed(make_todo):
     make_todo("beta", state=TodoState.DONE, completed_at=Now() - timedelta(minutes=2))
     make_todo("beta", state=TodoState.DONE, completed_at=Now() - timedelta(minutes=2))
     make_todo("beta", state=TodoState.DONE, completed_at=Now() - timedelta(hours=2))  # outside the hour
+    make_todo("beta", delay_seconds=600)
 
 
 def test_dashboard_json_counts_per_queue(admin_client, make_todo, django_assert_max_num_queries):
@@ -29,7 +30,7 @@ def test_dashboard_json_counts_per_queue(admin_client, make_todo, django_assert_
     queues = {q["name"]: q for q in data["queues"]}
     alpha, beta = queues["alpha"], queues["beta"]
     assert (alpha["pending"], alpha["claimed"], alpha["retry_waiting"], alpha["dead_letters"]) == (2, 1, 1, 0)
-    assert (beta["pending"], beta["dead_letters"]) == (0, 1)
+    assert (beta["pending"], beta["dead_letters"], beta["scheduled"], alpha["scheduled"]) == (0, 1, 1, 0)
     assert 29 * 60 < alpha["oldest_pending_seconds"] < 32 * 60
     assert beta["oldest_pending_seconds"] is None
     assert sum(beta["done_per_minute"]) == 2 and len(beta["done_per_minute"]) == 60

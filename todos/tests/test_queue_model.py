@@ -2,6 +2,9 @@
 queue_model.py side by side, and after every step compares each todo's state, attempt, dead-letter
 flag, receipt and error count, and each call's outcome class (ok / not found / conflict).
 
+Todos come with priorities and some are scheduled (issue 12): claims must follow the model's claim order,
+scheduled ones stay invisible until made due, and run now / set priority move them as the model says.
+
 Runs are derandomized for CI; HYPOTHESIS_QUEUE_EXAMPLES=500 (or more) searches harder locally.
 """
 
@@ -81,12 +84,24 @@ class QueueMachine(RuleBasedStateMachine):
         key=st.sampled_from(KEYS),
         assignee=st.sampled_from([None, None, None, "bob"]),
         max_attempts=st.sampled_from([1, 2, 2, 3]),
+        priority=st.sampled_from([0, 0, -1, 1]),
+        scheduled=st.sampled_from([False, False, True]),
     )
-    def create(self, queue_name: str, key: str | None, assignee: str | None, max_attempts: int) -> str:
+    def create(
+        self, queue_name: str, key: str | None, assignee: str | None, max_attempts: int, priority: int, scheduled: bool
+    ) -> str:
         todo, created = queue.create(
-            queue=queue_name, idempotency_key=key, assignee=assignee, max_attempts=max_attempts, title="m"
+            queue=queue_name,
+            idempotency_key=key,
+            assignee=assignee,
+            max_attempts=max_attempts,
+            title="m",
+            priority=priority,
+            delay_seconds=3600 if scheduled else None,
         )
-        expected, expected_created = self.model.create(todo.id, queue_name, key, assignee, max_attempts)
+        expected, expected_created = self.model.create(
+            todo.id, queue_name, key, assignee, max_attempts, priority, scheduled
+        )
         self.check("created", str(created), str(expected_created))
         assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
         return todo.id
@@ -208,14 +223,29 @@ class QueueMachine(RuleBasedStateMachine):
         real, _ = outcome_of(lambda: queue.cancel(todo_id, operator="ops", agent=agent))
         self.check(f"cancel {todo_id}", real, expected)
 
+    @rule(todo_id=todos)
+    def run_now(self, todo_id: str) -> None:
+        expected, _ = self.model.run_now(todo_id)
+        real, _ = outcome_of(lambda: queue.run_now(todo_id, operator="ops"))
+        self.check(f"run_now {todo_id}", real, expected)
+
+    @rule(todo_id=todos, priority=st.sampled_from([-2, 0, 2]))
+    def set_priority(self, todo_id: str, priority: int) -> None:
+        expected, _ = self.model.set_priority(todo_id, priority)
+        real, _ = outcome_of(lambda: queue.set_priority(todo_id, priority=priority))
+        self.check(f"set_priority {todo_id}", real, expected)
+
     @precondition(
-        lambda self: any((t.state == "claimed" and t.lapsed) or t.retry == "due" for t in self.model.todos.values())
+        lambda self: any(
+            (t.state == "claimed" and t.lapsed) or t.retry == "due" or (t.state == "scheduled" and t.due_now)
+            for t in self.model.todos.values()
+        )
     )
     @rule()
     def reap_once(self) -> None:
         result = queue.reap_once(batch=2)
         expected = self.model.reap()
-        assert (result.requeued, result.dead_lettered, result.retries_promoted) == expected
+        assert (result.requeued, result.dead_lettered, result.retries_promoted, result.scheduled_promoted) == expected
         event(f"reap_once: {'swept' if result.total else 'idle'}")
 
     # --- time passing, one todo at a time --------------------------------------------------------------
@@ -236,6 +266,15 @@ class QueueMachine(RuleBasedStateMachine):
         Todo.objects.filter(pk=todo_id).update(next_retry_at=Now() - timedelta(seconds=1))
         self.model.make_due(self.model.todos[todo_id])
 
+    @precondition(lambda self: any(t.state == "scheduled" and not t.due_now for t in self.model.todos.values()))
+    @rule(data=st.data())
+    def make_a_scheduled_todo_due(self, data: st.DataObject) -> None:
+        waiting = [t.id for t in self.model.todos.values() if t.state == "scheduled" and not t.due_now]
+        todo_id = data.draw(st.sampled_from(waiting), label="scheduled due")
+        # now(): this statement's own time, after every todo created so far and before every later claim.
+        Todo.objects.filter(pk=todo_id).update(run_at=Now())
+        self.model.make_scheduled_due(self.model.todos[todo_id])
+
     # --- after every step ------------------------------------------------------------------------
     @invariant()
     def every_todo_matches_the_model(self) -> None:
@@ -243,11 +282,11 @@ class QueueMachine(RuleBasedStateMachine):
         assert rows.keys() == self.model.todos.keys()
         for todo_id, m in self.model.todos.items():
             r = rows[todo_id]
-            real = (r.state, r.attempt, r.max_attempts, r.is_dead_letter, r.lease_id, len(r.errors))
-            expected = (m.state, m.attempt, m.max_attempts, m.dead, m.lease, m.errors)
+            real = (r.state, r.attempt, r.max_attempts, r.is_dead_letter, r.lease_id, len(r.errors), r.priority)
+            expected = (m.state, m.attempt, m.max_attempts, m.dead, m.lease, m.errors, m.priority)
             if real != expected:
                 note(f"{todo_id}: queue {real}, model {expected}")
-            assert real == expected, f"{todo_id} (state, attempt, max, dead, lease, errors) differs"
+            assert real == expected, f"{todo_id} (state, attempt, max, dead, lease, errors, priority) differs"
             if m.state == "claimed":
                 assert r.owner == m.owner
             if m.state == "failed" and m.retry == "waiting":

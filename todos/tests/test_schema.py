@@ -17,6 +17,7 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_claimed_lease_expiry",
         "todo_retry_due",
         "todo_dead_letters",
+        "todo_scheduled_due",  # scheduled todos coming due (migration 0012)
         "todo_runnable_idempotency_key",
         # the admin's filters and the dashboard (migrations 0004 and 0006)
         "todo_admin_recent",
@@ -25,9 +26,21 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_admin_assignee_recent",
         "todo_done_recent",
         "todo_failed_recent",
-        # queue controls and cancel (migration 0013): a limited queue's live leases; cancelled retention
+        # queue controls and cancel (migration 0014): a limited queue's live leases; cancelled retention
         "todo_live_leases",
         "todo_cancelled_recent",
         # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
     }
+
+
+def test_the_pending_scan_and_the_key_cover_priority_and_scheduled_todos(db):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'todos_todo' AND indexname = ANY(%s)",
+            [["todo_pending_claim_scan", "todo_runnable_idempotency_key", "todo_scheduled_due"]],
+        )
+        defs = dict(cursor.fetchall())
+    assert "(queue, priority, run_at NULLS FIRST) WHERE ((state)::text = 'pending'" in defs["todo_pending_claim_scan"]
+    assert "'scheduled'" in defs["todo_runnable_idempotency_key"]
+    assert "(queue, run_at) WHERE ((state)::text = 'scheduled'" in defs["todo_scheduled_due"]

@@ -74,8 +74,10 @@ SHAPES = {
         "claimed_at": -HOUR,
         "completed_at": 0,
     },
+    "scheduled for later": {"state": "scheduled", "run_at": HOUR},
+    "scheduled and due": {"state": "scheduled", "run_at": -HOUR},
 }
-TIMES = ("lease_expires_at", "next_retry_at", "claimed_at", "completed_at")
+TIMES = ("lease_expires_at", "next_retry_at", "claimed_at", "completed_at", "run_at")
 
 # Which shapes each condition holds for: written out, so that a condition changed by mistake fails here
 # even if its three forms still agree with one another.
@@ -91,7 +93,9 @@ EXPECTED = {
     "retry-waiting": {"retry-waiting", "retry due"},
     "retry due": {"retry due"},
     "dead-letter": {"dead after fail", "dead after a lapse at the cap"},
-    "claimable": {"fresh", "requeued after a lapse", "lapsed below the cap", "retry due"},
+    "scheduled": {"scheduled for later", "scheduled and due"},
+    "scheduled due": {"scheduled and due"},
+    "claimable": {"fresh", "requeued after a lapse", "lapsed below the cap", "retry due", "scheduled and due"},
     "runnable": {
         "fresh",
         "requeued after a lapse",
@@ -100,6 +104,8 @@ EXPECTED = {
         "lapsed at the cap",
         "retry-waiting",
         "retry due",
+        "scheduled for later",
+        "scheduled and due",
     },
     "cancellable": {
         "fresh",
@@ -109,7 +115,10 @@ EXPECTED = {
         "lapsed at the cap",
         "retry-waiting",
         "retry due",
+        "scheduled for later",
+        "scheduled and due",
     },
+    "priority changeable": {"fresh", "requeued after a lapse", "scheduled for later", "scheduled and due"},
 }
 
 
@@ -197,6 +206,16 @@ def test_every_state_has_a_shape_constraint(db):
         {"state": "cancelled"},  # no completed_at
         {"state": "cancelled", "completed_at": 0, "owner": "a", "lease_id": "ls_x", "lease_expires_at": HOUR},
         {"state": "cancelled", "completed_at": 0, "next_retry_at": HOUR},
+        {
+            "state": "scheduled",
+            "run_at": HOUR,
+            "owner": "a",
+            "lease_id": "ls_x",
+            "lease_expires_at": HOUR,
+        },  # a lease on a scheduled todo
+        {"state": "scheduled", "run_at": HOUR, "owner": "a"},  # scheduled todos were never claimed
+        {"state": "scheduled", "run_at": HOUR, "next_retry_at": HOUR},  # a retry on a scheduled todo
+        {"state": "scheduled", "run_at": HOUR, "completed_at": 0},
     ],
     ids=repr,
 )

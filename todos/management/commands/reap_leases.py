@@ -1,6 +1,8 @@
-"""The sidecar: returns lapsed leases to the queue (or dead-letters them at their cap) and promotes
-due retries. Claims do not depend on it (a claim sees lapsed leases and due retries at once); it keeps
-states truthful for operators. Any number may run at once: every batch locks with SKIP LOCKED.
+"""The sidecar: returns lapsed leases to the queue (or dead-letters them at their cap), promotes due
+retries and due scheduled todos, and makes the todos of recurring schedules. Claims do not depend on it
+for the first three (a claim sees lapsed leases, due retries and due scheduled todos at once); it keeps
+states truthful for operators. Any number may run at once: every batch locks with SKIP LOCKED, and each
+schedule's tick is made exactly once (todos/schedules.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections, connection
 
 from switchboard.logs import log_event
-from todos import metrics, queue, retention
+from todos import metrics, queue, retention, schedules
 
 logger = logging.getLogger("switchboard.reaper")
 
@@ -25,7 +27,7 @@ PURGE_CHECK_SECONDS = 300.0
 
 
 class Command(BaseCommand):
-    help = "Loop the lease reaper and the retry scheduler (one sweep with --once)."
+    help = "Loop the lease reaper, the promotion of due retries and scheduled todos, and the recurring schedules."
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -70,6 +72,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         try:
             result = queue.reap_once(batch=batch, should_stop=self.stopping.is_set)
+            ticks = schedules.run_due_schedules()
         except DatabaseError as exc:
             # The database is down or restarting: say so once per sweep and try again next time.
             logger.warning("reaper sweep failed: %s", exc.__class__.__name__)
@@ -79,7 +82,7 @@ class Command(BaseCommand):
         elapsed = time.monotonic() - started
         metrics.REAPER_SWEEPS.labels(outcome="ok").inc()
         metrics.REAPER_SWEEP_SECONDS.observe(elapsed)
-        if result.total:
+        if result.total or ticks.todos_created:
             log_event(
                 logger,
                 logging.INFO,
@@ -87,6 +90,8 @@ class Command(BaseCommand):
                 requeued=result.requeued,
                 dead_lettered=result.dead_lettered,
                 retries_promoted=result.retries_promoted,
+                scheduled_promoted=result.scheduled_promoted,
+                schedule_todos=ticks.todos_created,
                 duration_ms=round(elapsed * 1000, 1),
             )
         return result

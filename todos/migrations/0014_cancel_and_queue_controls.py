@@ -1,6 +1,6 @@
 """Issue 11 (control): the cancelled state, queue controls, and what the claim needs to enforce them.
 
-* ``cancelled``: the state's CHECK lists it, and its shape has its own CHECK (todos/states.py, SHAPES);
+* ``cancelled``: the state's CHECK lists it (beside 0013's ``scheduled``), and its shape has its own CHECK (todos/states.py, SHAPES);
   both added NOT VALID then validated, as in 0008, so a large table keeps working while it is checked.
 * todos_queue gains paused, max_claimed, rate_per_second, rate_burst and the token bucket's state.
   Nullable or with a database default: no table rewrite.
@@ -72,7 +72,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("events", "0002_event_type_recent"),
-        ("todos", "0010_todo_title_trgm"),
+        ("todos", "0013_scheduled_state_checks"),
     ]
 
     operations = [
@@ -136,6 +136,7 @@ class Migration(migrations.Migration):
                     ("claimed", "claimed"),
                     ("done", "done"),
                     ("failed", "failed"),
+                    ("scheduled", "scheduled"),
                     ("cancelled", "cancelled"),
                 ],
                 default="pending",
@@ -146,7 +147,7 @@ class Migration(migrations.Migration):
         AddCheckThenValidate(
             model_name="todo",
             constraint=models.CheckConstraint(
-                condition=models.Q(("state__in", ["pending", "claimed", "done", "failed", "cancelled"])),
+                condition=models.Q(("state__in", ["pending", "claimed", "done", "failed", "scheduled", "cancelled"])),
                 name="todo_state_valid",
             ),
         ),
