@@ -37,7 +37,7 @@ def _shape_defaults(state: str) -> dict[str, Any]:
             "lease_expires_at": Now() + timedelta(minutes=5),
             "claimed_at": Now(),
         }
-    if state == TodoState.DONE:
+    if state in (TodoState.DONE, TodoState.CANCELLED):
         return {"completed_at": Now()}
     return {}
 

@@ -146,6 +146,10 @@ def seed(scheduled: int = SCHEDULED) -> None:
 # The reading of each plan as measured (docs/query-plans.md): what it does and why that is fine. The
 # facts line after it (indexes, rows, buffers) is computed from the plan on every run.
 NOTES = {
+    "claim_next, one queue with max_claimed and a rate limit, limit 10": "The queue's todos_queue row is "
+    "locked (claimers of a limited queue take turns), todos_live_leases() counts its live leases from "
+    "todo_live_leases, and the bucket's write-back updates that one row; the scan is the unlimited one.",
+    "cancel (one id)": "One row by primary key; the NOTIFY wakes waiters of a queue whose slot it freed.",
     "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
     "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "
     "run_at <= now() that stops at the first future row (the 250k future rows of this queue are never read); "
@@ -298,16 +302,32 @@ def plans() -> list[Plan]:
             Plan(
                 "claim_next, all queues, limit 1, with 15,500 lapsed leases (a crashed fleet, before a sweep)",
                 "sql.CLAIM_NEXT",
-                "todo_claimed_lease_expiry",
+                "todo_claimed_lease_expiry|todo_live_leases",
             ),
             sql.CLAIM_NEXT,
             {**claim, "wanted": scopes_all, "limit": 1},
             crashed_fleet,
         ),
         (
+            Plan(
+                "claim_next, one queue with max_claimed and a rate limit, limit 10",
+                "sql.CLAIM_NEXT",
+                "todo_pending_claim_scan",
+            ),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": ["github.push"], "limit": 10},
+            "UPDATE todos_queue SET max_claimed = 1000, rate_per_second = 100, rate_burst = 100, tokens = 100, "
+            "refilled_at = now() WHERE name = 'github.push'",
+        ),
+        (
             Plan("claim (one id)", "sql.CLAIM_ONE", "todos_todo_pkey"),
             sql.CLAIM_ONE,
-            {**claim, "id": pending_id},
+            {**claim, "id": pending_id, "limit": 1},
+        ),
+        (
+            Plan("cancel (one id)", "sql.CANCEL", "todos_todo_pkey"),
+            sql.CANCEL,
+            {"ids": [pending_id], "operator": "ops", "reason": "", "visible": scopes_all},
         ),
         (
             Plan(
@@ -321,7 +341,7 @@ def plans() -> list[Plan]:
         (
             Plan("claim (one id) of a todo scheduled for later", "sql.CLAIM_ONE", "todos_todo_pkey"),
             sql.CLAIM_ONE,
-            {**claim, "id": later[0] if later else pending_id},
+            {**claim, "id": later[0] if later else pending_id, "limit": 1},
         ),
         (
             Plan("promote_due_scheduled (reaper), batch 500", "sql.PROMOTE_DUE_SCHEDULED", "todo_scheduled_due"),

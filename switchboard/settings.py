@@ -267,6 +267,8 @@ REAPER_METRICS_PORT = env.int("REAPER_METRICS_PORT", default=0)
 # Retention (manage.py purge): done todos and dead-letters older than these many days are deleted.
 RETENTION_DONE_DAYS = env.float("RETENTION_DONE_DAYS", default=7)
 RETENTION_DEAD_DAYS = env.float("RETENTION_DEAD_DAYS", default=90)
+# Cancelled todos are kept as long as done ones unless set: both are finished work.
+RETENTION_CANCELLED_DAYS = env.float("RETENTION_CANCELLED_DAYS", default=RETENTION_DONE_DAYS)
 PURGE_BATCH_SIZE = env.int("PURGE_BATCH_SIZE", default=1000)
 # When true, the reaper runs purge once a day (one reaper of however many; a row in the database
 # records the day's run).

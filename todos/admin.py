@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString
 from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
 from todos import admin_display as show
-from todos import states
+from todos import controls, selectors, states
 from todos.admin_bulk import bulk_view
 from todos.admin_filters import (
     AssigneeFilter,
@@ -41,6 +41,7 @@ from todos.admin_filters import (
 )
 from todos.admin_ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
+from todos.errors import InvalidTransitionInput
 from todos.models import Agent, Queue, Schedule, Todo
 from todos.schedules import next_tick
 
@@ -67,10 +68,10 @@ def ops_for(todo: Todo) -> list[Op]:
     label = states.label(todo)
     names = {
         "dead-letter": ["retry_reset", "retry_once", "discard"],
-        "retry-waiting": ["retry_now", "discard"],
-        "pending": ["set_priority", "discard"],
-        "scheduled": ["run_now", "set_priority", "discard"],
-        "claimed": ["force_release"],
+        "retry-waiting": ["retry_now", "discard", "cancel"],
+        "pending": ["set_priority", "discard", "cancel"],
+        "scheduled": ["run_now", "set_priority", "discard", "cancel"],
+        "claimed": ["force_release", "cancel"],
     }.get(label, [])
     return [OPS[name] for name in names]
 
@@ -401,6 +402,7 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         "claim_scopes",
         "create_scopes",
         "can_retry_dead_letters",
+        "can_manage_queues",
         "is_active",
         "token_prefix",
         "created_at",
@@ -453,22 +455,117 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         return self._token_page(request, pairs, "Tokens rotated")
 
 
+LIMIT_FIELDS = ("max_claimed", "rate_per_second", "rate_burst")
+
+
+class QueueLimitsForm(forms.ModelForm[Queue]):
+    class Meta:
+        model = Queue
+        fields = LIMIT_FIELDS
+        help_texts = {
+            "max_claimed": "At most this many live leases at once (lapsed ones do not count). Empty: no cap.",
+            "rate_per_second": "At most this many claims a second. Empty: no limit.",
+            "rate_burst": "The token bucket's size (default: one second's worth). It starts full when changed.",
+        }
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            controls.check_limits(**{k: data.get(k) for k in LIMIT_FIELDS})
+        except InvalidTransitionInput as exc:
+            for field, errors in exc.extra.get("fields", {}).items():
+                self.add_error(field, errors)
+        if data.get("rate_burst") is not None and data.get("rate_per_second") is None:
+            self.add_error("rate_burst", "A burst needs a rate.")
+        return data
+
+
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin[Queue]):
-    """The registry of queue names (claims expand scope globs against it); created by todos/queue.py."""
+    """Every queue: its counts (selectors.queue_stats, the statement the API and the dashboard read), paused
+    or not, its limits; pause and resume actions; the change page edits the limits. Every change goes through
+    todos/controls.py, never a model save: the claim statement reads these columns."""
 
-    list_display = ("name", "created_at", "todos_link")
+    form = QueueLimitsForm
     search_fields = ("name",)
     ordering = ("name",)
+    list_filter = ("paused",)
+    actions = ["pause_queues", "resume_queues"]
+    fieldsets = (
+        (None, {"fields": ("name", "paused_badge", "counts")}),
+        (
+            "Limits (enforced by every claim, in every process)",
+            {"fields": ("max_claimed", "rate_per_second", "rate_burst")},
+        ),
+    )
+    readonly_fields = ("name", "paused_badge", "counts")
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        # One queue_stats() per page, read by the count columns below (bound to this request only).
+        stats = {s.queue: s for s in selectors.queue_stats()}
+
+        def column(attr: str, title: str) -> Any:
+            def value(obj: Queue) -> int:
+                return int(getattr(stats.get(obj.name), attr, 0))
+
+            value.short_description = title  # type: ignore[attr-defined]
+            return value
+
+        return (
+            "name",
+            "paused_badge",
+            column("pending", "pending"),
+            column("claimed", "claimed"),
+            column("retry_waiting", "retry-waiting"),
+            column("dead_letters", "dead-letters"),
+            column("cancelled", "cancelled"),
+            "limits",
+            "todos_link",
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+        return False  # queues come into being with their first todo
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
+        controls.set_limits(obj.name, **{k: form.cleaned_data.get(k) for k in LIMIT_FIELDS})
+
+    @admin.display(description="paused")
+    def paused_badge(self, obj: Queue) -> SafeString | str:
+        return format_html('<span class="sb-state sb-state-paused">{}</span>', "paused") if obj.paused else "—"
+
+    @admin.display(description="limits")
+    def limits(self, obj: Queue) -> str:
+        return controls.describe_limits(obj) or "—"
+
+    @admin.display(description="now")
+    def counts(self, obj: Queue) -> str:
+        found = [s for s in selectors.queue_stats() if s.queue == obj.name]
+        if not found:
+            return "—"
+        s = found[0]
+        return (
+            f"{s.pending} pending, {s.claimed} claimed, {s.retry_waiting} retry-waiting, "
+            f"{s.dead_letters} dead-letters, {s.cancelled} cancelled"
+        )
+
+    @admin.action(description="Pause the selected queues (claims hand out nothing)", permissions=["change"])
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        for name in names:
+            controls.pause(name)
+            self.log_change(request, Queue(name=name), "Paused")
+        self.message_user(request, f"{len(names)} queue(s) paused; creates still land.")
+
+    @admin.action(description="Resume the selected queues", permissions=["change"])
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        for name in names:
+            controls.resume(name)
+            self.log_change(request, Queue(name=name), "Resumed")
+        self.message_user(request, f"{len(names)} queue(s) resumed.")
 
     @admin.display(description="todos")
     def todos_link(self, obj: Queue) -> SafeString:

@@ -76,6 +76,15 @@ OPS: dict[str, Op] = {
             note_label="Reason (optional, stored in the todo's result)",
         ),
         Op(
+            "cancel",
+            "Cancel (stop it for good; revokes a claim)",
+            "cancelled",
+            "only pending, scheduled, retry-waiting and claimed todos can be cancelled",
+            lambda pk, who, note: queue.cancel(pk, operator=who, reason=note),
+            lambda ids, who, note: queue.cancel_many(ids, operator=who, reason=note),
+            note_label="Reason (optional, kept in the todo's history)",
+        ),
+        Op(
             "run_now",
             "Run now (do not wait for run_at)",
             "made claimable now",

@@ -159,4 +159,10 @@ def caller_agent(request: Request) -> Agent:
 
 
 def staff_agent(username: str) -> Agent:
-    return Agent(name=f"staff:{username}", claim_scopes=["*"], create_scopes=["*"], can_retry_dead_letters=True)
+    return Agent(
+        name=f"staff:{username}",
+        claim_scopes=["*"],
+        create_scopes=["*"],
+        can_retry_dead_letters=True,
+        can_manage_queues=True,
+    )

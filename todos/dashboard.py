@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from todos import selectors, sql
+from todos import controls, selectors, sql
 
 MINUTES = 60
 
@@ -42,6 +42,9 @@ class QueueHealth:
     retry_waiting: int = 0
     dead: int = 0
     scheduled: int = 0
+    cancelled: int = 0
+    paused: bool = False
+    limits: str = ""  # "max 3 · 20/s burst 5", or empty for an unlimited queue
     oldest_pending: datetime | None = None
     done_per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
     failed_per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
@@ -72,12 +75,21 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
         return queues[name]
 
     for stats in selectors.queue_stats():
-        if stats.unfinished:  # a queue with nothing unfinished is listed only for its recent history
+        # A queue with nothing unfinished is listed only for its recent history, unless an operator has
+        # paused or limited it (that must stay in view).
+        if stats.unfinished or stats.paused or stats.max_claimed is not None or stats.rate_per_second is not None:
             health = get(stats.queue)
             health.pending, health.claimed = stats.pending, stats.claimed
             health.retry_waiting, health.dead = stats.retry_waiting, stats.dead_letters
             health.oldest_pending = stats.oldest_pending
             health.scheduled = stats.scheduled
+        if stats.queue in queues:
+            health = queues[stats.queue]
+            health.cancelled, health.paused, health.limits = (
+                stats.cancelled,
+                stats.paused,
+                controls.describe_limits(stats),
+            )
     with connection.cursor() as cursor:
         cursor.execute("SELECT now(), date_trunc('minute', now())")
         now, this_minute = cursor.fetchone()
@@ -124,6 +136,7 @@ def _totals(queues: list[QueueHealth]) -> QueueHealth:
         total.retry_waiting += q.retry_waiting
         total.dead += q.dead
         total.scheduled += q.scheduled
+        total.cancelled += q.cancelled
         if q.oldest_pending and (total.oldest_pending is None or q.oldest_pending < total.oldest_pending):
             total.oldest_pending = q.oldest_pending
         total.done_per_minute = [a + b for a, b in zip(total.done_per_minute, q.done_per_minute, strict=True)]
@@ -165,6 +178,9 @@ def dashboard_json(request: HttpRequest) -> JsonResponse:
                     "retry_waiting": q.retry_waiting,
                     "dead_letters": q.dead,
                     "scheduled": q.scheduled,
+                    "cancelled": q.cancelled,
+                    "paused": q.paused,
+                    "limits": q.limits,
                     "oldest_pending_seconds": q.oldest_pending_seconds,
                     "done_per_minute": q.done_per_minute,
                     "failed_per_minute": q.failed_per_minute,

@@ -17,6 +17,12 @@ class TodoNotFound(QueueError):
     code = "not_found"
 
 
+class QueueNotFound(QueueError):
+    """No queue by that name, or it is outside the caller's scopes (the same answer)."""
+
+    code = "not_found"
+
+
 class TodoConflict(QueueError):
     """The todo exists but the transition's guard failed; ``state`` is its current state."""
 

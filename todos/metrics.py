@@ -53,7 +53,9 @@ REAPER_SWEEP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 
-PURGED = Counter("switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | event).", ["kind"])
+PURGED = Counter(
+    "switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | cancelled | event).", ["kind"]
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,6 +144,8 @@ def gauge_values() -> dict[str, dict[str, float]]:
             "dead": s.dead_letters,
             "failed": s.failed,
             "oldest_pending_age": max(0.0, s.oldest_pending_age_seconds or 0.0),
+            "cancelled": s.cancelled,
+            "paused": 1.0 if s.paused else 0.0,
         }
         for s in selectors.queue_stats()
     }
@@ -202,6 +206,13 @@ class QueueStateCollector:
             "Age of the oldest pending todo, by queue (0 when none is pending).",
             labels=["queue"],
         )
+        cancelled = GaugeMetricFamily(
+            "switchboard_cancelled",
+            "Cancelled todos not yet removed by retention, by queue (the rate: "
+            'switchboard_todo_transitions_total{verb="cancel"}).',
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily("switchboard_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"])
         for name in sorted(stats):
             entry = stats[name]
             for state in LIVE_STATES:
@@ -209,7 +220,9 @@ class QueueStateCollector:
             dead.add_metric([name], entry["dead"])
             waiting.add_metric([name], entry["retry_waiting"])
             oldest.add_metric([name], entry["oldest_pending_age"])
-        yield from (todos, dead, waiting, oldest)
+            cancelled.add_metric([name], entry["cancelled"])
+            paused.add_metric([name], entry["paused"])
+        yield from (todos, dead, waiting, oldest, cancelled, paused)
 
 
 _queue_state: QueueStateCollector | None = None

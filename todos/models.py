@@ -151,6 +151,9 @@ class Todo(models.Model):
             models.Index(fields=["queue", "run_at"], condition=states.SCHEDULED.q, name="todo_scheduled_due"),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
             models.Index(fields=["lease_expires_at"], condition=states.CLAIMED.q, name="todo_claimed_lease_expiry"),
+            # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
+            # them for every claim of a queue with max_claimed, from this index alone.
+            models.Index(fields=["queue", "lease_expires_at"], condition=states.CLAIMED.q, name="todo_live_leases"),
             # promote_due_retries and claim_next's due-retry branch.
             models.Index(
                 fields=["next_retry_at"],
@@ -186,6 +189,11 @@ class Todo(models.Model):
             # The dashboard's failures per minute (failed rows by when they last changed), and
             # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
             models.Index(fields=["updated_at"], condition=states.FAILED.q, name="todo_failed_recent"),
+            # Retention's cancelled todos past RETENTION_CANCELLED_DAYS, and the dashboard's count of them.
+            # queue included: the per-queue count is an index-only scan.
+            models.Index(
+                fields=["completed_at"], include=["queue"], condition=states.CANCELLED.q, name="todo_cancelled_recent"
+            ),
             # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
             # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
             # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
@@ -204,15 +212,44 @@ class Todo(models.Model):
         return states.SCHEDULED.holds(self)
 
 
+MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
+
+
 class Queue(models.Model):
-    """Every queue name ever used. Claims expand agents' scope globs against this small table
-    so that the claim scan can make one index lookup per concrete queue (SPEC trap 1)."""
+    """Every queue name ever used, and its controls. Claims expand agents' scope globs against this
+    small table so that the claim scan can make one index lookup per concrete queue (SPEC trap 1); the
+    same statement reads the controls, so every process obeys a change at its next claim.
+
+    Written only by todos/controls.py (and the registering trigger of migration 0009)."""
 
     name = models.CharField(primary_key=True, max_length=200, validators=[validate_queue_name])
     created_at = models.DateTimeField(db_default=Now())
+    # A paused queue hands out nothing; creates still land.
+    paused = models.BooleanField(default=False, db_default=False)
+    # At most this many live leases (claimed, not lapsed) at once; null: no cap.
+    max_claimed = models.PositiveIntegerField(null=True, blank=True)
+    # A token bucket: at most rate_per_second claims a second, in bursts of rate_burst; null: no limit.
+    rate_per_second = models.FloatField(null=True, blank=True)
+    rate_burst = models.PositiveIntegerField(null=True, blank=True)
+    # The bucket's state, as of refilled_at (the claim refills it by the time elapsed, capped at the burst).
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    refilled_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True)
+                | Q(rate_per_second__gt=0, rate_burst__gte=1, tokens__isnull=False, refilled_at__isnull=False),
+                name="queue_rate_limit_shape",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def limited(self) -> bool:
+        return self.max_claimed is not None or self.rate_per_second is not None
 
 
 def hash_token(token: str) -> str:
@@ -233,6 +270,8 @@ class Agent(models.Model):
     claim_scopes = ArrayField(models.CharField(max_length=200, validators=[validate_scope]), default=list)
     create_scopes = ArrayField(models.CharField(max_length=200, validators=[validate_scope]), default=list)
     can_retry_dead_letters = models.BooleanField(default=False)
+    # Pause, resume and limit queues (in its scopes) over the API: `create_agent --can-manage`.
+    can_manage_queues = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(db_default=Now())
 

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from todos import sql, states
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import Agent, Todo, glob_to_like, new_todo_id, validate_queue_name
+from todos.models import Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
@@ -77,7 +77,14 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
         row = cursor.fetchone()
     if row is None:
         return TodoNotFound(f"No todo {todo_id}.")
-    state, dead, current_lease, owner_agent = row
+    state, dead, current_lease, owner_agent, paused, limited = row
+    if state == TodoState.CANCELLED:
+        # A cancel revoked the lease: the worker learns here that it should stop.
+        return TodoConflict(f"Cannot {action} {todo_id}: it was cancelled.", state=state, dead_letter=False)
+    if action == "claim" and state == TodoState.PENDING and (paused or limited):
+        reason = "queue_paused" if paused else "queue_limit"
+        why = "its queue is paused" if paused else "its queue is at its concurrency or rate limit"
+        return TodoConflict(f"Cannot claim {todo_id} now: {why}.", state=state, dead_letter=dead, reason=reason)
     if lease_id is not None and (current_lease != lease_id or (agent is not None and owner_agent != agent.name)):
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "
@@ -194,6 +201,7 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
             "scopes": agent.claim_like_patterns(),
             "agent": agent.name,
             "owner": _owner(agent, worker),
+            "limit": 1,
             "lease_seconds": _lease_seconds(lease_seconds),
         },
     )
@@ -428,6 +436,29 @@ def force_release(todo_id: str, *, operator: str, agent: Agent | None = None) ->
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "force-release")
+
+
+def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None) -> list[Todo]:
+    return fetch_todos(
+        sql.CANCEL, {"ids": list(ids), "operator": operator, "reason": reason, "visible": _visible(agent)}
+    )
+
+
+@counted_batch("cancel")
+def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
+    """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
+    return _cancel(ids, operator, reason, agent)
+
+
+@counted("cancel")
+def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
+    """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
+    worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
+    operator (every queue); else the agent's claim or create scopes must cover the queue."""
+    rows = _cancel([todo_id], operator, reason, agent)
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "cancel")
 
 
 def run_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:

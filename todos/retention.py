@@ -1,5 +1,6 @@
-"""Retention per state: delete done todos after a short window, dead-letters after a long one, and
-events once none of their todos remain (SPEC, `manage.py purge`).
+"""Retention per state: delete done todos after a short window, dead-letters after a long one, cancelled
+todos after their own window (the done one unless set), and events once none of their todos remain
+(SPEC, `manage.py purge`).
 
 Deleting finished rows is not a state transition, so it lives here rather than in todos/queue.py; its
 statements are in todos/sql.py with the others on the todos table. Every batch is one short statement in
@@ -40,41 +41,46 @@ class PurgeResult:
     done: int = 0
     dead: int = 0
     events: int = 0
+    cancelled: int = 0
     dry_run: bool = False
     stopped: bool = False
 
     @property
     def total(self) -> int:
-        return self.done + self.dead + self.events
+        return self.done + self.dead + self.events + self.cancelled
 
 
 def purge(
     *,
     done_days: float | None = None,
     dead_days: float | None = None,
+    cancelled_days: float | None = None,
     batch: int | None = None,
     dry_run: bool = False,
     should_stop: Callable[[], bool] | None = None,
 ) -> PurgeResult:
     """Delete (or, with ``dry_run``, count) done todos older than ``done_days``, dead-letters older than
-    ``dead_days``, then events older than ``done_days`` with no todo left. Defaults come from settings."""
+    ``dead_days``, cancelled todos older than ``cancelled_days``, then events older than ``done_days`` with no
+    todo left. Defaults come from settings."""
     done_age = (settings.RETENTION_DONE_DAYS if done_days is None else done_days) * DAY
     dead_age = (settings.RETENTION_DEAD_DAYS if dead_days is None else dead_days) * DAY
+    cancelled_age = (settings.RETENTION_CANCELLED_DAYS if cancelled_days is None else cancelled_days) * DAY
     batch = batch or settings.PURGE_BATCH_SIZE
-    if done_age < 0 or dead_age < 0 or batch < 1:
+    if done_age < 0 or dead_age < 0 or cancelled_age < 0 or batch < 1:
         raise ValueError("retention windows must be >= 0 days and the batch >= 1")
-    params = {"done_age": done_age, "dead_age": dead_age, "batch": batch}
+    params = {"done_age": done_age, "dead_age": dead_age, "cancelled_age": cancelled_age, "batch": batch}
     if dry_run:
         with connection.cursor() as cursor:
             cursor.execute(sql.COUNT_PURGEABLE, params)
-            done, dead, events = cursor.fetchone()
-        return PurgeResult(done=done, dead=dead, events=events, dry_run=True)
+            done, dead, events, cancelled = cursor.fetchone()
+        return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, dry_run=True)
 
     stop = should_stop or (lambda: False)
     done = _delete_in_batches(sql.PURGE_DONE, params, "done", stop)
     dead = _delete_in_batches(sql.PURGE_DEAD, params, "dead", stop) if not stop() else 0
+    cancelled = _delete_in_batches(sql.PURGE_CANCELLED, params, "cancelled", stop) if not stop() else 0
     events = _purge_events(params, stop) if not stop() else 0
-    return PurgeResult(done=done, dead=dead, events=events, stopped=stop())
+    return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, stopped=stop())
 
 
 def _delete_in_batches(statement: str, params: dict[str, Any], kind: str, stop: Callable[[], bool]) -> int:

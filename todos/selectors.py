@@ -28,6 +28,12 @@ class QueueStats:
     # By the database's clock (SPEC decision 7); None when nothing is pending.
     oldest_pending_age_seconds: float | None
     scheduled: int = 0
+    cancelled: int = 0
+    # The queue's controls (todos/controls.py).
+    paused: bool = False
+    max_claimed: int | None = None
+    rate_per_second: float | None = None
+    rate_burst: int | None = None
 
     @property
     def failed(self) -> int:

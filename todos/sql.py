@@ -120,6 +120,62 @@ _CLAIM_SET = f"""
         'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
         ELSE t.errors END"""
 
+_RETURNING_T = ", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))
+
+
+# Queue controls (issue 11), the CTEs every claim starts with. ``eligible`` is a condition on todos_queue q:
+# the queues this claim may take from. Each comes out of ``quotas`` with how many todos this claim may
+# take from it (%(limit)s for an unlimited queue; a paused queue is not there at all).
+#  * Unlimited, unpaused queues are read as before: no lock, no count, no write.
+#  * A limited queue's row is locked FOR UPDATE, and a concurrent claimer of it WAITS (no SKIP LOCKED):
+#    skipping would hand it an empty list while the holder may leave slots or tokens over, and a
+#    long-poll refused that way would sleep with work claimable. The wait is one claim statement long;
+#    claimers of a limited queue take turns, which is what a limit means. Rows are locked in name order,
+#    so claimers of several limited queues cannot deadlock.
+#  * After the wait the row is the latest version (READ COMMITTED re-reads a locked row), but this
+#    statement's snapshot is older than the claims that committed meanwhile: the live leases are counted
+#    by todos_live_leases() (migration 0014), a VOLATILE function whose query takes a fresh snapshot.
+#  * The token bucket refills by the time elapsed times the rate, capped at the burst; the claim takes at
+#    most floor(tokens), and ``bucket`` writes back what it took, in the same statement, under the lock.
+#    A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
+#    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
+def _queue_quotas(eligible: str) -> str:
+    return f"""queues AS MATERIALIZED (
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited
+    FROM todos_queue q
+    WHERE {eligible} AND NOT q.paused
+),
+limited AS MATERIALIZED (
+    SELECT q.name, q.max_claimed,
+        CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
+            + GREATEST(EXTRACT(EPOCH FROM now() - q.refilled_at)::double precision, 0) * q.rate_per_second) END
+            AS tokens
+    FROM queues JOIN todos_queue q ON q.name = queues.name
+    WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
+    ORDER BY q.name
+    FOR UPDATE OF q
+),
+quotas AS MATERIALIZED (
+    SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited
+    UNION ALL
+    -- LEAST ignores NULLs: a control that is not set does not limit.
+    SELECT name, GREATEST(LEAST(%(limit)s::integer,
+        CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
+        floor(tokens)::integer), 0)
+    FROM limited
+)"""
+
+
+# The token bucket's write-back: ``taken`` is a query of (queue, n) for what this statement claimed.
+def _bucket(taken: str) -> str:
+    return f"""
+bucket AS (
+    UPDATE todos_queue q SET tokens = l.tokens - taken.n, refilled_at = GREATEST(q.refilled_at, now())
+    FROM limited l JOIN ({taken}) taken ON taken.queue = l.name
+    WHERE q.name = l.name AND l.tokens IS NOT NULL
+)"""
+
+
 # claim_next: up to %(limit)s todos in claim order (CLAIM_ORDER: priority, then run_at), from the
 # caller's queues. Guard: _CLAIMABLE's cases, one branch each; locks: FOR UPDATE SKIP LOCKED per branch.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
@@ -128,6 +184,8 @@ _CLAIM_SET = f"""
 #    across the caller's queues, and for batch claims.
 #  * Due scheduled todos come from todo_scheduled_due, also one descent per queue: the range
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
+#  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
+#    keeps at most that many per queue across the branches, in claim order.
 #  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
 #    partial indexes in expiry/due order.
 #  * The branches other than pending are taken in time order and their rows compete with pending ones in
@@ -140,70 +198,81 @@ _CLAIM_SET = f"""
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
 CLAIM_NEXT = f"""
-WITH queues AS (
-    SELECT name FROM todos_queue
-    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
-),
+WITH {_queue_quotas("q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])")},
 pending AS MATERIALIZED (
-    SELECT p.id, p.priority, p.run_at FROM queues CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_at FROM todos_todo t
-        WHERE {S.PENDING.sql("t")} AND t.queue = queues.name
+    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
         -- created_at index and walked the done history at its head on every claim (migration 0007: in a
         -- 45 s soak, 10,000 buffers a claim, throughput down by two thirds).
         ORDER BY t.priority, t.run_at NULLS FIRST
-        LIMIT %(limit)s
+        LIMIT quotas.quota
         FOR UPDATE SKIP LOCKED
     ) p
 ),
 scheduled AS MATERIALIZED (
-    SELECT s.id, s.priority, s.run_at FROM queues CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_at FROM todos_todo t
-        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = queues.name
+    SELECT s.id, s.queue, s.priority, s.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         ORDER BY t.run_at
-        LIMIT %(limit)s
+        LIMIT quotas.quota
         FOR UPDATE SKIP LOCKED
     ) s
 ),
 lapsed AS MATERIALIZED (
-    SELECT t.id, t.priority, t.run_at FROM todos_todo t
+    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
     WHERE {S.RECLAIMABLE.sql("t")}
-      AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.priority, t.run_at FROM todos_todo t
+    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
     WHERE {S.RETRY_DUE.sql("t")}
-      AND t.queue IN (SELECT name FROM queues) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.next_retry_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 chosen AS MATERIALIZED (
-    SELECT id FROM (
-        SELECT * FROM pending UNION ALL SELECT * FROM scheduled
-        UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
-    ) candidates
+    SELECT id, queue FROM (
+        -- nth: the candidate's place in its queue, in claim order, so that no queue gives more than its
+        -- quota (for an unlimited queue the quota is %(limit)s and this keeps everything).
+        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth FROM (
+            SELECT * FROM pending UNION ALL SELECT * FROM scheduled
+            UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+        ) c
+    ) candidates JOIN quotas ON quotas.name = candidates.queue
+    WHERE candidates.nth <= quotas.quota
     ORDER BY {CLAIM_ORDER}
     LIMIT %(limit)s
-)
+),
+{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")}
 UPDATE todos_todo t SET {_CLAIM_SET}
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
+RETURNING {_RETURNING_T}
 """
 
-# claim: this one todo, if the caller may claim from its queue and it is claimable. A concurrent
-# claim of the same row waits for the first and then re-checks the guard, so only one wins.
+# claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's
+# controls let one more through (the same _queue_quotas as claim_next). A concurrent claim of the same
+# row waits for the first and then re-checks the guard, so only one wins.
+_ITS_QUEUE = "q.name = (SELECT queue FROM todos_todo WHERE id = %(id)s) AND q.name LIKE ANY(%(scopes)s::text[])"
 CLAIM_ONE = f"""
-UPDATE todos_todo t SET {_CLAIM_SET}
-WHERE t.id = %(id)s AND t.queue LIKE ANY(%(scopes)s::text[]) AND {_CLAIMABLE}
-RETURNING {_TODO_COLUMNS}
+WITH {_queue_quotas(_ITS_QUEUE)},
+claimed AS (
+    UPDATE todos_todo t SET {_CLAIM_SET}
+    WHERE t.id = %(id)s AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND {_CLAIMABLE}
+    RETURNING {_RETURNING_T}
+),
+{_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")}
+SELECT * FROM claimed
 """
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
@@ -376,10 +445,13 @@ WHERE t.id = due.id
 RETURNING t.id, t.queue
 """)
 
-# Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict.
+# Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict (a
+# claim refused by its queue's controls says so).
 CURRENT_STATE = f"""
-SELECT state, {S.DEAD_LETTER.sql()} AS dead_letter, lease_id, split_part(owner, '/', 1) AS owner_agent
-FROM todos_todo WHERE id = %(id)s AND queue LIKE ANY(%(visible)s::text[])
+SELECT t.state, {S.DEAD_LETTER.sql("t")} AS dead_letter, t.lease_id, split_part(t.owner, '/', 1) AS owner_agent,
+    q.paused, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited
+FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
+WHERE t.id = %(id)s AND t.queue LIKE ANY(%(visible)s::text[])
 """
 
 # --- Operator transitions (the admin's actions). Each names the operator in errors or result. -------
@@ -442,6 +514,27 @@ RETURNING {_TODO_COLUMNS}
 """
 )
 
+# cancel (an agent or operator): pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is
+# cancellable (states.CANCELLABLE). A claimed todo's lease is revoked with it: lease_id cleared, so the
+# worker's next heartbeat, complete or fail matches no row and is classified as a conflict with state
+# cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
+# idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
+# max_claimed (cancels are rare; the few needless wakes cost nothing).
+CANCEL = _notifying(f"""
+UPDATE todos_todo t SET
+    state = 'cancelled',
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'cancelled', 'cancelled_by', %(operator)s::text,
+        'reason', %(reason)s::text, 'was', t.state, 'owner', t.owner)),
+    completed_at = now(),
+    lease_id = NULL,
+    lease_expires_at = NULL,
+    next_retry_at = NULL,
+    updated_at = now()
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {_TODO_COLUMNS}
+""")
+
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
 
@@ -478,8 +571,9 @@ RETURNING {_TODO_COLUMNS}
 # aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
 # claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
-# todo_dead_letters, scheduled from todo_scheduled_due. Done todos are history and are not counted: that
-# would scan it. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
+# retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
+# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
@@ -501,15 +595,22 @@ dead AS (
 scheduled AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.SCHEDULED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+cancelled AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.CANCELLED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
-    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0)
+    pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0),
+    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst
 FROM q
+JOIN todos_queue r ON r.name = q.name
 LEFT JOIN pending ON pending.queue = q.name
 LEFT JOIN claimed ON claimed.queue = q.name
 LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
 LEFT JOIN scheduled ON scheduled.queue = q.name
+LEFT JOIN cancelled ON cancelled.queue = q.name
 ORDER BY q.name
 """
 
@@ -517,13 +618,24 @@ ORDER BY q.name
 # earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
 # scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
 # when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
-# CLAIM_NEXT. The scheduled branch is one descent of todo_scheduled_due per queue (its first entry is that
-# queue's earliest run_at), so a million todos scheduled for later cost it nothing; an assignee filter
-# may walk past the other agents' rows.
+# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled branch is one descent of
+# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
+# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows. Queue
+# controls add two moments, for limited queues with pending work:
+#  * a rate-limited one: when its bucket next holds a whole token (tokens refill with no write);
+#  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
+#    waiting.FALLBACK_POLL_SECONDS). A complete or fail that frees a slot does not notify: that would cost
+#    every completion of every queue a lookup, and the completing worker usually claims again itself.
 SECONDS_UNTIL_CLAIMABLE = f"""
 WITH queues AS (
-    SELECT name FROM todos_queue
-    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[])
+    SELECT name, max_claimed, rate_per_second, rate_burst, tokens, refilled_at FROM todos_queue
+    WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[]) AND NOT paused
+),
+waiting AS (
+    SELECT queues.* FROM queues
+    WHERE (max_claimed IS NOT NULL OR rate_per_second IS NOT NULL) AND EXISTS (
+        SELECT 1 FROM todos_todo t WHERE {S.PENDING.sql("t")} AND t.queue = queues.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s))
 )
 SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(t.lease_expires_at) FROM todos_todo t
@@ -536,7 +648,11 @@ SELECT EXTRACT(EPOCH FROM LEAST(
         SELECT t.run_at FROM todos_todo t
         WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         ORDER BY t.run_at LIMIT 1
-    ) s)
+    ) s),
+    (SELECT min(w.refilled_at + make_interval(secs => GREATEST(1 - w.tokens, 0) / w.rate_per_second))
+     FROM waiting w WHERE w.rate_per_second IS NOT NULL),
+    (SELECT min(CASE WHEN todos_live_leases(w.name) >= w.max_claimed THEN now() END)
+     FROM waiting w WHERE w.max_claimed IS NOT NULL)
 ) - now())::double precision
 """
 
@@ -558,6 +674,7 @@ GROUP BY 1, 3
 
 _DONE_PURGEABLE = f"{S.DONE.sql('t')} AND t.completed_at < now() - make_interval(secs => %(done_age)s)"
 _DEAD_PURGEABLE = f"{S.DEAD_LETTER.sql('t')} AND t.updated_at < now() - make_interval(secs => %(dead_age)s)"
+_CANCELLED_PURGEABLE = f"{S.CANCELLED.sql('t')} AND t.completed_at < now() - make_interval(secs => %(cancelled_age)s)"
 
 # Done todos past the window, oldest first: a range scan of todo_done_recent.
 PURGE_DONE = f"""
@@ -578,6 +695,18 @@ WITH doomed AS MATERIALIZED (
     SELECT t.id FROM todos_todo t
     WHERE {_DEAD_PURGEABLE}
     ORDER BY t.updated_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
+"""
+
+# Cancelled todos past their window, oldest first: a range scan of todo_cancelled_recent.
+PURGE_CANCELLED = f"""
+WITH doomed AS MATERIALIZED (
+    SELECT t.id FROM todos_todo t
+    WHERE {_CANCELLED_PURGEABLE}
+    ORDER BY t.completed_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
@@ -615,5 +744,78 @@ SELECT
     (SELECT count(*) FROM events_event e
      WHERE e.received_at < now() - make_interval(secs => %(done_age)s)
        AND NOT EXISTS (SELECT 1 FROM todos_todo t
-                       WHERE t.event_id = e.id AND NOT ({_DONE_PURGEABLE}) AND NOT ({_DEAD_PURGEABLE})))
+                       WHERE t.event_id = e.id AND NOT ({_DONE_PURGEABLE}) AND NOT ({_DEAD_PURGEABLE})
+                         AND NOT ({_CANCELLED_PURGEABLE}))),
+    (SELECT count(*) FROM todos_todo t WHERE {_CANCELLED_PURGEABLE})
+"""
+
+
+# --- Queue controls (todos/controls.py) --------------------------------------------------------------
+# Each is one UPDATE of the queue's row in todos_queue, which every claim reads (CLAIM_NEXT's
+# _queue_quotas): a change holds for every process from its next claim. A limited queue's row is locked
+# by its claims for the length of one claim statement, so a change waits at most that long.
+
+_QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst"
+
+
+# A queue change may make many todos claimable at once, and a notification wakes one waiter per count
+# (todos/waiting.py), so it says "<queue> <n>": n the queue's claimable todos, counted up to this many
+# (enough for every waiter a process holds at once; a waiter left asleep still wakes when its wait ends).
+_QUEUE_WAKES_MAX = 1000
+
+
+def _notifying_queue(changed: str) -> str:
+    """Like _notifying, for todos_queue: wakes as many long-polls of the queue that changed as it has
+    claimable todos (at least one, at most _QUEUE_WAKES_MAX)."""
+    return f"""
+WITH changed AS ({changed}),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', c.name || ' ' || GREATEST(1, (
+        SELECT count(*) FROM (
+            SELECT 1 FROM todos_todo t WHERE t.queue = c.name AND {S.CLAIMABLE.sql("t")} LIMIT {_QUEUE_WAKES_MAX}
+        ) claimable)))
+    FROM changed c
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# pause: claims skip the queue from their next statement; creates still land. Leases already held run on.
+PAUSE_QUEUE = f"""
+UPDATE todos_queue SET paused = true WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
+RETURNING {_QUEUE_COLUMNS}
+"""
+
+# resume: notifies, so the long-polls waiting on the queue claim at once.
+RESUME_QUEUE = _notifying_queue(f"""
+UPDATE todos_queue SET paused = false WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
+RETURNING {_QUEUE_COLUMNS}
+""")
+
+# set limits: each control changes only if given (%(set_*)s); setting the rate or the burst starts the
+# bucket full (a change grants one burst). The burst defaults to one second's worth. Notifies: a raised
+# or removed limit may let waiters through.
+SET_QUEUE_LIMITS = _notifying_queue("""
+UPDATE todos_queue q SET
+    max_claimed = CASE WHEN %(set_max_claimed)s THEN %(max_claimed)s::integer ELSE q.max_claimed END,
+    rate_per_second = want.rate,
+    rate_burst = want.burst,
+    tokens = CASE WHEN want.rate IS NULL THEN NULL WHEN %(set_rate)s OR %(set_burst)s OR q.tokens IS NULL
+        THEN want.burst ELSE q.tokens END,
+    refilled_at = CASE WHEN want.rate IS NULL THEN NULL WHEN %(set_rate)s OR %(set_burst)s OR q.tokens IS NULL
+        THEN now() ELSE q.refilled_at END
+FROM todos_queue cur CROSS JOIN LATERAL (
+    SELECT r.rate, CASE WHEN r.rate IS NULL THEN NULL ELSE COALESCE(
+        CASE WHEN %(set_burst)s THEN %(rate_burst)s::integer ELSE cur.rate_burst END,
+        GREATEST(1, ceil(r.rate))::integer) END AS burst
+    FROM (SELECT CASE WHEN %(set_rate)s THEN %(rate_per_second)s::double precision ELSE cur.rate_per_second END
+          AS rate) r
+) want
+WHERE q.name = %(name)s AND cur.name = q.name AND q.name LIKE ANY(%(visible)s::text[])
+RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst
+""")
+
+# One queue's controls (the API's answers, and a miss: absent or out of scope is not found).
+QUEUE_CONTROLS = f"""
+SELECT {_QUEUE_COLUMNS} FROM todos_queue WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
 """

@@ -45,6 +45,10 @@ class TodoState(models.TextChoices):
     # claim scan sees due ones at once), by the reaper's promotion to pending, or by an operator's run now
     # (or discard). Holds no lease.
     SCHEDULED = "scheduled", "scheduled"
+    # Terminal. Entered by cancel (an agent or an operator) from pending, scheduled, retry-waiting or claimed (the
+    # lease is revoked: the worker's next heartbeat, complete or fail is a conflict). completed_at is
+    # when it was cancelled; who and why are in errors. Frees the idempotency key; retention removes it.
+    CANCELLED = "cancelled", "cancelled"
 
 
 class Todo(Protocol):
@@ -135,6 +139,7 @@ CLAIMED = state_in(TodoState.CLAIMED).named("claimed")
 DONE = state_in(TodoState.DONE).named("done")
 FAILED = state_in(TodoState.FAILED).named("failed")
 SCHEDULED = state_in(TodoState.SCHEDULED).named("scheduled")
+CANCELLED = state_in(TodoState.CANCELLED).named("cancelled")
 
 # --- The column tests the derived states are made of -----------------------------------------------
 
@@ -146,6 +151,11 @@ RETRY_TIME_REACHED = Condition(
     "{t}next_retry_at <= now()",
     Q(next_retry_at__lte=Now()),
     lambda t, now: t.next_retry_at is not None and t.next_retry_at <= now,
+)
+LEASE_UNEXPIRED = Condition(
+    "{t}lease_expires_at >= now()",
+    Q(lease_expires_at__gte=Now()),
+    lambda t, now: t.lease_expires_at is not None and t.lease_expires_at >= now,
 )
 LEASE_EXPIRED = Condition(
     "{t}lease_expires_at < now()",
@@ -166,6 +176,9 @@ BELOW_CAP = Condition(
 LEASE_LAPSED = (CLAIMED & LEASE_EXPIRED).named("lease lapsed")
 # A lapsed lease that a claim may take over: one at its cap is never handed out again (SPEC decision 1).
 RECLAIMABLE = (LEASE_LAPSED & BELOW_CAP).named("reclaimable")
+# A lease still running: what a queue's max_claimed counts (a lapsed lease frees its slot). Served by
+# index todo_live_leases (queue, lease_expires_at).
+LIVE_LEASE = (CLAIMED & LEASE_UNEXPIRED).named("live lease")
 # Failed below the cap: a retry is scheduled at next_retry_at.
 RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
 # Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due.
@@ -184,6 +197,9 @@ CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE | SCHEDULED_DUE).named("claimable
 RUNNABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("runnable")
 # Operators may change the priority of, or run now, only what has not started.
 PRIORITY_CHANGEABLE = (PENDING | SCHEDULED).named("priority changeable")
+# What cancel may take: work not yet finished and not dead (a dead-letter is the operator's: retry or
+# discard): pending, scheduled, claimed and retry-waiting todos.
+CANCELLABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("cancellable")
 
 # --- Scheduling's other vocabulary (issue 12) --------------------------------------------------------
 
@@ -205,7 +221,9 @@ ALL: tuple[Condition, ...] = (
     CLAIMED,
     DONE,
     FAILED,
+    CANCELLED,
     LEASE_LAPSED,
+    LIVE_LEASE,
     RECLAIMABLE,
     RETRY_WAITING,
     RETRY_DUE,
@@ -214,11 +232,12 @@ ALL: tuple[Condition, ...] = (
     SCHEDULED_DUE,
     CLAIMABLE,
     RUNNABLE,
+    CANCELLABLE,
     PRIORITY_CHANGEABLE,
 )
 
 # What the admin shows for a todo: each todo is exactly one of these.
-DISPLAYED: tuple[Condition, ...] = (PENDING, SCHEDULED, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER)
+DISPLAYED: tuple[Condition, ...] = (PENDING, SCHEDULED, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER, CANCELLED)
 
 
 def label(todo: Todo) -> str:
@@ -251,6 +270,7 @@ SHAPES: dict[str, Q] = {
     TodoState.FAILED: _UNFINISHED & (NO_RETRY.q | _NO_LEASE),
     # Waiting for its run_at: never claimed since it was created (no owner, no lease), nothing to retry.
     TodoState.SCHEDULED: Q(owner__isnull=True, run_at__isnull=False) & _NO_LEASE & NO_RETRY.q & _UNFINISHED,
+    TodoState.CANCELLED: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
 }
 
 # Whatever the state: lease_id and lease_expires_at are set and cleared together, and a receipt names

@@ -91,6 +91,21 @@ def test_an_empty_known_queue_reports_zero_instead_of_vanishing(client, agent, m
     assert samples[("switchboard_oldest_pending_age_seconds", (("queue", "metrics-empty"),))] == 0
 
 
+def test_cancelled_todos_paused_queues_and_cancels_are_in_the_metrics(client, make_todo):
+    from todos import controls
+
+    before = value("switchboard_todo_transitions_total", verb="cancel", outcome="ok")
+    todo = make_todo("metrics-cancel")
+    make_todo("metrics-cancel")
+    queue.cancel(todo.id, operator="ops")
+    controls.pause("metrics-cancel")
+    samples = scrape(client)
+    assert samples[("switchboard_cancelled", (("queue", "metrics-cancel"),))] == 1
+    assert samples[("switchboard_queue_paused", (("queue", "metrics-cancel"),))] == 1
+    assert samples[("switchboard_todos", (("queue", "metrics-cancel"), ("state", "pending")))] == 1
+    assert value("switchboard_todo_transitions_total", verb="cancel", outcome="ok") - before == 1
+
+
 def test_lease_lapses_are_counted_by_the_reaper_and_by_claims(agent, make_todo):
     requeued = value("switchboard_lease_lapses_total", detected_by="reaper", outcome="requeued")
     dead = value("switchboard_lease_lapses_total", detected_by="reaper", outcome="dead_lettered")

@@ -95,6 +95,24 @@ _FAILED = {
 }
 _SCHEDULED = {**_PENDING, "state": "scheduled", "run_at": "2026-01-02T09:00:00Z", "priority": -10}
 _LEASE = {"lease_id": _TODO["lease_id"]}
+_CANCELLED = {
+    **_TODO,
+    "state": "cancelled",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "completed_at": "2026-01-01T12:01:00Z",
+    "errors": [
+        {
+            "attempt": 1,
+            "at": "2026-01-01T12:01:00Z",
+            "error": "cancelled",
+            "cancelled_by": "staff:ops",
+            "reason": "duplicate PR",
+            "was": "claimed",
+            "owner": "reviewer/host-1",
+        }
+    ],
+}
 
 
 def _req(value: dict[str, Any], name: str = "request") -> OpenApiExample:
@@ -170,6 +188,11 @@ RECEIPT_EXAMPLES = [_req({**_LEASE, "lease_seconds": 300}), _res(_TODO)]
 RELEASE_EXAMPLES = [_req(_LEASE), _res(_PENDING)]
 COMPLETE_EXAMPLES = [_req({**_LEASE, "result": {"approved": True}}), _res(_DONE)]
 FAIL_EXAMPLES = [_req({**_LEASE, "error": "timeout talking to GitHub", "retry_in_seconds": 10}), _res(_FAILED)]
+CANCEL_EXAMPLES = [_req({"reason": "duplicate PR"}), _res(_CANCELLED)]
+QUEUE_CONTROL_EXAMPLES = [
+    _req({"max_claimed": 3, "rate_per_second": 20, "rate_burst": 5}),
+    _res({"queue": "github.pulls", "paused": False, "max_claimed": 3, "rate_per_second": 20.0, "rate_burst": 5}),
+]
 RETRY_EXAMPLES = [_req({"mode": "once", "note": "GitHub was down"}), _res(_PENDING)]
 BATCH_EXAMPLES = [
     _req({"items": [{"id": _TODO["id"], **_LEASE, "result": {"approved": True}}]}),
@@ -199,6 +222,11 @@ QUEUE_EXAMPLES = [
                     "dead_letters": 1,
                     "scheduled": 40,
                     "oldest_pending_age_seconds": 4.2,
+                    "cancelled": 0,
+                    "paused": False,
+                    "max_claimed": 3,
+                    "rate_per_second": None,
+                    "rate_burst": None,
                 }
             ]
         }

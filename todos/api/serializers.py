@@ -19,6 +19,7 @@ from rest_framework import serializers
 from todos.errors import PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
+    MAX_QUEUE_LIMIT,
     PRIORITY_MAX,
     PRIORITY_MIN,
     SCOPE_RE,
@@ -266,10 +267,23 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     dead_letters = serializers.IntegerField()
     scheduled = serializers.IntegerField(help_text="waiting for their run_at")
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+    cancelled = serializers.IntegerField(help_text="cancelled todos not yet removed by retention")
+    paused = serializers.BooleanField()
+    max_claimed = serializers.IntegerField(allow_null=True)
+    rate_per_second = serializers.FloatField(allow_null=True)
+    rate_burst = serializers.IntegerField(allow_null=True)
 
 
 class QueueListSerializer(serializers.Serializer[Any]):
     queues = QueueStatsSerializer(many=True)
+
+
+class QueueControlsSerializer(serializers.Serializer[Any]):
+    queue = serializers.CharField(source="name")
+    paused = serializers.BooleanField()
+    max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
+    rate_per_second = serializers.FloatField(allow_null=True, help_text="claims a second; null: no limit")
+    rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -446,6 +460,33 @@ class BatchItemInput(StrictInput):
 
 class BatchCompleteInput(StrictInput):
     items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]
+
+
+class CancelInput(StrictInput):
+    reason = serializers.CharField(
+        max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
+    )
+
+
+class QueueLimitsInput(StrictInput):
+    """PATCH: only the controls named change; null removes one."""
+
+    max_claimed = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True)
+    rate_per_second = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True
+    )
+    rate_burst = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_QUEUE_LIMIT,
+        required=False,
+        allow_null=True,
+        help_text="default: one second's worth of the rate (at least 1)",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
+        return attrs
 
 
 # --- schedules ---------------------------------------------------------------------------------

@@ -20,4 +20,9 @@ urlpatterns = [
     path("todos/<str:todo_id>/run-now/", views.TodoRunNowApi.as_view(), name="todo-run-now"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
     path("schedules/", views.ScheduleListApi.as_view(), name="schedule-list"),
+    path("todos/<str:todo_id>/cancel/", views.TodoCancelApi.as_view(), name="todo-cancel"),
+    # Queue names may hold "/": the action routes come before the detail route that would swallow them.
+    path("queues/<path:name>/pause/", views.QueuePauseApi.as_view(), name="queue-pause"),
+    path("queues/<path:name>/resume/", views.QueueResumeApi.as_view(), name="queue-resume"),
+    path("queues/<path:name>/", views.QueueDetailApi.as_view(), name="queue-detail"),
 ]

@@ -19,11 +19,12 @@ from rest_framework.views import APIView
 
 from switchboard import ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, queue, selectors, states, waiting
+from todos import auth, controls, queue, selectors, states, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
     BatchCompleteResultSerializer,
+    CancelInput,
     ClaimedSerializer,
     ClaimNextInput,
     ClaimOneInput,
@@ -31,6 +32,8 @@ from todos.api.serializers import (
     CreatedTodoSerializer,
     FailInput,
     HeartbeatInput,
+    QueueControlsSerializer,
+    QueueLimitsInput,
     QueueListSerializer,
     ReleaseInput,
     RetryInput,
@@ -43,7 +46,7 @@ from todos.api.serializers import (
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.models import Agent, Schedule, Todo, TodoState, hash_token
+from todos.models import Agent, Schedule, Todo, hash_token
 
 
 def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
@@ -95,7 +98,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         description="Todos in the caller's scopes, newest first, with cursor pagination (`next`/`previous`).",
         parameters=[
             OpenApiParameter("queue", str, description="exact queue name"),
-            OpenApiParameter("state", str, enum=TodoState.values),
+            OpenApiParameter("state", str, enum=list(states.TodoState.values)),
             OpenApiParameter("kind", str),
             OpenApiParameter("assignee", str),
             OpenApiParameter("dead", bool, description="true: dead-letters only; false: no dead-letters"),
@@ -342,12 +345,98 @@ class TodoRetryApi(APIView):
         return _render(queue.retry_dead_letter(todo_id, operator=agent.name, agent=agent, **data))
 
 
+class TodoCancelApi(APIView):
+    @extend_schema(
+        operation_id="todos_cancel",
+        summary="Cancel a todo",
+        description="pending, scheduled, retry-waiting or claimed -> cancelled, a terminal state that frees the "
+        "idempotency key. A claimed todo's lease is revoked: its worker's next heartbeat, complete or fail answers 409 "
+        'with `"state": "cancelled"`. Who and why are kept in `errors`. For agents whose claim or create scopes cover '
+        "the queue, and staff; 409 with the current state if it is done, a dead-letter or already cancelled.",
+        request=CancelInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.CANCEL_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        data = _valid(CancelInput, request.data)
+        return _render(queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data))
+
+
+def _managed_queue(request: Request, name: str) -> Agent:
+    """The caller, if it may change this queue's controls: staff, or an agent made with --can-manage whose
+    scopes cover the queue. Out of scope (or unknown) is 404 for everyone; only a visible queue earns the 403."""
+    agent = caller_agent(request)
+    if not agent.can_manage_queues:
+        controls.get(name, agent=agent)  # QueueNotFound when out of scope
+        raise PermissionDenied("This agent may not manage queues (create_agent --can-manage).")
+    return agent
+
+
+def _render_queue(queue_controls: controls.QueueControls) -> Response:
+    return Response(QueueControlsSerializer(queue_controls).data)
+
+
+QUEUE_ERRORS = (400, 401, 403, 404)
+
+
+class QueuePauseApi(APIView):
+    @extend_schema(
+        operation_id="queues_pause",
+        summary="Pause a queue",
+        description="Claims hand out nothing from it, in every process, from their next claim; creates and "
+        "webhooks still land and leases already held run on. Staff or `--can-manage` agents.",
+        request=None,
+        **docs.documented(QueueControlsSerializer, QUEUE_ERRORS, docs.QUEUE_CONTROL_EXAMPLES),
+    )
+    def post(self, request: Request, name: str) -> Response:
+        return _render_queue(controls.pause(name, agent=_managed_queue(request, name)))
+
+
+class QueueResumeApi(APIView):
+    @extend_schema(
+        operation_id="queues_resume",
+        summary="Resume a queue",
+        description="Claims take from it again; long-polls waiting on it are woken at once.",
+        request=None,
+        **docs.documented(QueueControlsSerializer, QUEUE_ERRORS, docs.QUEUE_CONTROL_EXAMPLES),
+    )
+    def post(self, request: Request, name: str) -> Response:
+        return _render_queue(controls.resume(name, agent=_managed_queue(request, name)))
+
+
+class QueueDetailApi(APIView):
+    @extend_schema(
+        operation_id="queues_retrieve",
+        summary="One queue's controls",
+        **docs.documented(QueueControlsSerializer, (401, 404), docs.QUEUE_CONTROL_EXAMPLES),
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return _render_queue(controls.get(name, agent=caller_agent(request)))
+
+    @extend_schema(
+        operation_id="queues_limit",
+        summary="Limit a queue",
+        description="`max_claimed`: at most N live leases at once (lapsed ones do not count). `rate_per_second` "
+        "and `rate_burst`: a token bucket, at most R claims a second in bursts of B (it starts full). Only the "
+        "fields given change; null removes a limit. Enforced by the claim statement in every process from the "
+        "next claim; a claim refused by a limit gets what an empty queue gives (an empty list, or a long-poll "
+        "that waits for a slot or a token). Staff or `--can-manage` agents.",
+        request=QueueLimitsInput,
+        **docs.documented(QueueControlsSerializer, QUEUE_ERRORS, docs.QUEUE_CONTROL_EXAMPLES),
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        agent = _managed_queue(request, name)
+        data = _valid(QueueLimitsInput, request.data)
+        return _render_queue(controls.set_limits(name, agent=agent, **data))
+
+
 class QueueListApi(APIView):
     @extend_schema(
         operation_id="queues_list",
         summary="Queue health",
         description="For every queue in the caller's scopes: todos by live state (done todos are history and "
-        "not counted), retry-waiting, dead-letters, and the age of the oldest pending todo.",
+        "not counted), retry-waiting, dead-letters, cancelled, the age of the oldest pending todo, and the "
+        "queue's controls (paused, max_claimed, rate_per_second, rate_burst).",
         **docs.documented(QueueListSerializer, (401,), docs.QUEUE_EXAMPLES),
     )
     def get(self, request: Request) -> Response:
@@ -364,6 +453,11 @@ class QueueListApi(APIView):
                         "dead_letters": s.dead_letters,
                         "scheduled": s.scheduled,
                         "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
+                        "cancelled": s.cancelled,
+                        "paused": s.paused,
+                        "max_claimed": s.max_claimed,
+                        "rate_per_second": s.rate_per_second,
+                        "rate_burst": s.rate_burst,
                     }
                     for s in stats
                 ]

@@ -195,6 +195,17 @@ class QueueModel:
         t.state, t.lease, t.retry, t.errors = "pending", None, None, t.errors + 1
         return OK, t
 
+    def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
+        """pending, scheduled, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
+        t = self.todos.get(todo_id)
+        cancellable = t is not None and (
+            t.state in ("pending", "scheduled", "claimed") or (t.state == "failed" and t.retry is not None)
+        )
+        if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
+            return self._miss(t, agent)
+        t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
+        return OK, t
+
     def run_now(self, todo_id: str) -> Outcome:
         t = self.todos.get(todo_id)
         if t is None or t.state != "scheduled":

@@ -37,6 +37,14 @@ def test_create_agent_takes_create_scopes_owner_and_retry_right(django_user_mode
 
 
 @pytest.mark.django_db
+def test_create_agent_can_manage_grants_the_queue_controls():
+    _create("ops", "--queues", "jobs.*", "--can-manage")
+    _create("plain", "--queues", "jobs.*")
+    assert Agent.objects.get(name="ops").can_manage_queues
+    assert not Agent.objects.get(name="plain").can_manage_queues
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     "args",
     [

@@ -206,6 +206,23 @@ class QueueMachine(RuleBasedStateMachine):
         real, _ = outcome_of(lambda: queue.retry_dead_letter(todo_id, mode=mode, operator="ops", agent=agent))
         self.check(f"retry_dead_letter {todo_id} ({mode})", real, expected)
 
+    @rule(todo_id=todos, as_bob=st.booleans())
+    def cancel(self, todo_id: str, as_bob: bool) -> None:
+        self._cancel(todo_id, as_bob)
+
+    @precondition(lambda self: any(t.state == "claimed" for t in self.model.todos.values()))
+    @rule(data=st.data(), as_bob=st.booleans())
+    def cancel_a_claimed_todo(self, data: st.DataObject, as_bob: bool) -> None:
+        # The interesting case: a worker holds the lease; its receipt must stop working.
+        held = [t.id for t in self.model.todos.values() if t.state == "claimed"]
+        self._cancel(data.draw(st.sampled_from(held), label="cancelling"), as_bob)
+
+    def _cancel(self, todo_id: str, as_bob: bool) -> None:
+        agent = self.agents["bob"] if as_bob else None
+        expected, _ = self.model.cancel(todo_id, self.model_agents["bob"] if as_bob else None)
+        real, _ = outcome_of(lambda: queue.cancel(todo_id, operator="ops", agent=agent))
+        self.check(f"cancel {todo_id}", real, expected)
+
     @rule(todo_id=todos)
     def run_now(self, todo_id: str) -> None:
         expected, _ = self.model.run_now(todo_id)

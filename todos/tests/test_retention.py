@@ -80,8 +80,8 @@ def test_purge_deletes_exactly_the_old_rows_in_batches(history):
     assert remaining == _ids(rows, "recent_done", "recent_dead", "old_retry_waiting", "old_pending", "old_claimed")
     assert set(Event.objects.values_list("id", flat=True)) == events["kept"]
     deletes = [q["sql"] for q in queries.captured_queries if "DELETE FROM todos_todo" in q["sql"]]
-    # 6 done in batches of 2: 2+2+2, then an empty one to be sure; 3 dead: 2+1.
-    assert len(deletes) == 4 + 2
+    # 6 done in batches of 2: 2+2+2, then an empty one to be sure; 3 dead: 2+1; no cancelled: one empty.
+    assert len(deletes) == 4 + 2 + 1
     assert all("LIMIT 2" in q and "SKIP LOCKED" in q for q in deletes)
 
 
@@ -152,3 +152,13 @@ def test_only_one_of_several_reapers_purges_on_a_day(settings, make_todo):
     assert not Todo.objects.filter(pk=old.pk).exists()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM todos_maintenance")
+
+
+def test_purge_deletes_cancelled_todos_past_their_own_window(make_todo, capsys):
+    old = make_todo("r", state=TodoState.CANCELLED, completed_at=_ago(8))
+    recent = make_todo("r", state=TodoState.CANCELLED, completed_at=_ago(2))
+    assert retention.purge(cancelled_days=7, dry_run=True).cancelled == 1
+    call_command("purge", "--cancelled-days", "7")
+    assert "cancelled todos older than 7 days: deleted 1" in capsys.readouterr().out
+    assert set(Todo.objects.values_list("id", flat=True)) == {recent.id}
+    assert not Todo.objects.filter(pk=old.pk).exists()

@@ -26,6 +26,9 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_admin_assignee_recent",
         "todo_done_recent",
         "todo_failed_recent",
+        # queue controls and cancel (migration 0014): a limited queue's live leases; cancelled retention
+        "todo_live_leases",
+        "todo_cancelled_recent",
         # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
     }

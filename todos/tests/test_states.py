@@ -66,6 +66,14 @@ SHAPES = {
     },
     "done": {"state": "done", "attempt": 1, "owner": "a", "claimed_at": -HOUR, "completed_at": 0},
     "discarded": {"state": "done", "completed_at": 0},
+    "cancelled while pending": {"state": "cancelled", "completed_at": 0},
+    "cancelled while claimed": {
+        "state": "cancelled",
+        "attempt": 1,
+        "owner": "a",
+        "claimed_at": -HOUR,
+        "completed_at": 0,
+    },
     "scheduled for later": {"state": "scheduled", "run_at": HOUR},
     "scheduled and due": {"state": "scheduled", "run_at": -HOUR},
 }
@@ -78,7 +86,9 @@ EXPECTED = {
     "claimed": {"claimed", "lapsed below the cap", "lapsed at the cap"},
     "done": {"done", "discarded"},
     "failed": {"retry-waiting", "retry due", "dead after fail", "dead after a lapse at the cap"},
+    "cancelled": {"cancelled while pending", "cancelled while claimed"},
     "lease lapsed": {"lapsed below the cap", "lapsed at the cap"},
+    "live lease": {"claimed"},
     "reclaimable": {"lapsed below the cap"},
     "retry-waiting": {"retry-waiting", "retry due"},
     "retry due": {"retry due"},
@@ -87,6 +97,17 @@ EXPECTED = {
     "scheduled due": {"scheduled and due"},
     "claimable": {"fresh", "requeued after a lapse", "lapsed below the cap", "retry due", "scheduled and due"},
     "runnable": {
+        "fresh",
+        "requeued after a lapse",
+        "claimed",
+        "lapsed below the cap",
+        "lapsed at the cap",
+        "retry-waiting",
+        "retry due",
+        "scheduled for later",
+        "scheduled and due",
+    },
+    "cancellable": {
         "fresh",
         "requeued after a lapse",
         "claimed",
@@ -182,6 +203,9 @@ def test_every_state_has_a_shape_constraint(db):
         },  # retry + lease
         {"state": "failed", "completed_at": 0},
         {"state": "pending", "lease_id": "ls_x"},  # a receipt with no expiry and no owner
+        {"state": "cancelled"},  # no completed_at
+        {"state": "cancelled", "completed_at": 0, "owner": "a", "lease_id": "ls_x", "lease_expires_at": HOUR},
+        {"state": "cancelled", "completed_at": 0, "next_retry_at": HOUR},
         {
             "state": "scheduled",
             "run_at": HOUR,

@@ -24,6 +24,9 @@ class Command(BaseCommand):
         parser.add_argument("--create-queues", help="Create scopes (default: the claim scopes).")
         parser.add_argument("--owner", help="Username of the person responsible for the agent.")
         parser.add_argument("--can-retry", action="store_true", help="May retry dead-letters (operator retry).")
+        parser.add_argument(
+            "--can-manage", action="store_true", help="May pause, resume and limit the queues in its scopes."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         claim = _scopes(options["queues"])
@@ -35,6 +38,7 @@ class Command(BaseCommand):
             claim_scopes=claim,
             create_scopes=create,
             can_retry_dead_letters=options["can_retry"],
+            can_manage_queues=options["can_manage"],
         )
         if options["owner"]:
             try:

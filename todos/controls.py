@@ -1,0 +1,131 @@
+"""Queue controls: pause, resume, and the concurrency and rate limits (issue 11).
+
+They live on the queue's row in todos_queue, which every claim statement reads (todos/sql.py,
+CLAIM_NEXT): a change is durable and holds for every process from its next claim. This module writes
+that row; the claim enforces it. Each function is one statement; an unknown queue, or one outside the
+caller's scopes, is not found.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from todos import sql
+from todos.errors import InvalidTransitionInput, QueueNotFound
+from todos.models import MAX_QUEUE_LIMIT, Agent
+from todos.rows import fetchall
+
+ALL_QUEUES = ["%"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+# "Leave this control as it is": a PATCH that does not name it.
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class QueueControls:
+    name: str
+    paused: bool
+    max_claimed: int | None
+    rate_per_second: float | None
+    rate_burst: int | None
+
+
+def describe_limits(queue: Any) -> str:
+    """A queue's limits in a few words, e.g. "max 3 claimed · 20/s burst 5" ("" for none): the dashboard
+    and the admin's queue page. ``queue``: anything with the three control attributes."""
+    parts = []
+    if queue.max_claimed is not None:
+        parts.append(f"max {queue.max_claimed} claimed")
+    if queue.rate_per_second is not None:
+        parts.append(f"{queue.rate_per_second:g}/s burst {queue.rate_burst}")
+    return " · ".join(parts)
+
+
+def _visible(agent: Agent | None) -> list[str]:
+    return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
+
+
+def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> QueueControls:
+    rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params})
+    if not rows:
+        raise QueueNotFound(f"No queue {name!r}.")
+    return QueueControls(*rows[0])
+
+
+def get(name: str, *, agent: Agent | None = None) -> QueueControls:
+    return _one(sql.QUEUE_CONTROLS, name, agent)
+
+
+def pause(name: str, *, agent: Agent | None = None) -> QueueControls:
+    """Claims hand out nothing from the queue from their next statement on; creates still land, and
+    leases already held run on."""
+    return _one(sql.PAUSE_QUEUE, name, agent)
+
+
+def resume(name: str, *, agent: Agent | None = None) -> QueueControls:
+    """Claims take from the queue again; its waiting long-polls are woken."""
+    return _one(sql.RESUME_QUEUE, name, agent)
+
+
+def _check_count(field: str, value: Any, minimum: int) -> None:
+    if value is UNSET or value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_QUEUE_LIMIT:
+        raise InvalidTransitionInput(
+            f"{field} must be a whole number from {minimum} to {MAX_QUEUE_LIMIT}, or null.", field=field
+        )
+
+
+def check_limits(*, max_claimed: Any = UNSET, rate_per_second: Any = UNSET, rate_burst: Any = UNSET) -> None:
+    """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
+    check the same bounds first; this guards every caller)."""
+    _check_count("max_claimed", max_claimed, 0)
+    _check_count("rate_burst", rate_burst, 1)
+    if rate_per_second is not UNSET and rate_per_second is not None:
+        if (
+            isinstance(rate_per_second, bool)
+            or not isinstance(rate_per_second, int | float)
+            or not math.isfinite(rate_per_second)
+            or not 0 < rate_per_second <= MAX_QUEUE_LIMIT
+        ):
+            raise InvalidTransitionInput(
+                f"rate_per_second must be a number above 0 and at most {MAX_QUEUE_LIMIT}, or null.",
+                field="rate_per_second",
+            )
+
+
+def set_limits(
+    name: str,
+    *,
+    max_claimed: int | None = UNSET,
+    rate_per_second: float | None = UNSET,
+    rate_burst: int | None = UNSET,
+    agent: Agent | None = None,
+) -> QueueControls:
+    """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
+    ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
+    burst defaults to one second's worth (at least 1). Effective from the next claim."""
+    check_limits(max_claimed=max_claimed, rate_per_second=rate_per_second, rate_burst=rate_burst)
+    if rate_burst is not UNSET and rate_burst is not None:
+        rate = get(name, agent=agent).rate_per_second if rate_per_second is UNSET else rate_per_second
+        if rate is None:
+            raise InvalidTransitionInput("rate_burst needs a rate_per_second.", field="rate_burst")
+    return _one(
+        sql.SET_QUEUE_LIMITS,
+        name,
+        agent,
+        set_max_claimed=max_claimed is not UNSET,
+        max_claimed=None if max_claimed is UNSET else max_claimed,
+        set_rate=rate_per_second is not UNSET,
+        rate_per_second=None if rate_per_second is UNSET else rate_per_second,
+        set_burst=rate_burst is not UNSET,
+        rate_burst=None if rate_burst is UNSET else rate_burst,
+    )
