@@ -676,42 +676,29 @@ _DONE_PURGEABLE = f"{S.DONE.sql('t')} AND t.completed_at < now() - make_interval
 _DEAD_PURGEABLE = f"{S.DEAD_LETTER.sql('t')} AND t.updated_at < now() - make_interval(secs => %(dead_age)s)"
 _CANCELLED_PURGEABLE = f"{S.CANCELLED.sql('t')} AND t.completed_at < now() - make_interval(secs => %(cancelled_age)s)"
 
-# Done todos past the window, oldest first: a range scan of todo_done_recent.
-PURGE_DONE = f"""
+
+def _purge_batch(purgeable: str, oldest_first: str) -> str:
+    """One batch of a retention rule: the oldest rows past their window, locked SKIP LOCKED (a row
+    changed a moment ago re-checks the condition under the lock and is left alone), then deleted."""
+    return f"""
 WITH doomed AS MATERIALIZED (
     SELECT t.id FROM todos_todo t
-    WHERE {_DONE_PURGEABLE}
-    ORDER BY t.completed_at
+    WHERE {purgeable}
+    ORDER BY {oldest_first}
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
 """
 
+
+# Done todos past the window, oldest first: a range scan of todo_done_recent.
+PURGE_DONE = _purge_batch(_DONE_PURGEABLE, "t.completed_at")
 # Dead-letters past the window: a range scan of todo_failed_recent (retry-waiting rows are filtered
 # out). The lock re-checks the row, so one an operator retried a moment ago (no longer dead) is left alone.
-PURGE_DEAD = f"""
-WITH doomed AS MATERIALIZED (
-    SELECT t.id FROM todos_todo t
-    WHERE {_DEAD_PURGEABLE}
-    ORDER BY t.updated_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
-"""
-
+PURGE_DEAD = _purge_batch(_DEAD_PURGEABLE, "t.updated_at")
 # Cancelled todos past their window, oldest first: a range scan of todo_cancelled_recent.
-PURGE_CANCELLED = f"""
-WITH doomed AS MATERIALIZED (
-    SELECT t.id FROM todos_todo t
-    WHERE {_CANCELLED_PURGEABLE}
-    ORDER BY t.completed_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
-"""
+PURGE_CANCELLED = _purge_batch(_CANCELLED_PURGEABLE, "t.completed_at")
 
 # Events are walked in (received_at, id) order a page at a time, so those that still have todos are
 # read once per purge, not once per batch. A page's events without todos are deleted; the NOT EXISTS
