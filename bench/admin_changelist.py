@@ -31,6 +31,7 @@ h.scratch_django(
     "admin", fresh=False, settings_module="switchboard.settings_test", ALLOWED_HOSTS="testserver,localhost,127.0.0.1"
 )
 
+from django.contrib.admin.utils import quote  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
@@ -167,7 +168,7 @@ def main() -> None:
         ("todos, search exact id", todos + f"?q={some_todo}"),
         ("todos, search title text (sequential scan)", todos + "?q=number+123456"),
         ("todos, page 50 of dead-letters", todos + "?dead=yes&p=50"),
-        ("todo detail", reverse("admin:todos_todo_change", args=[some_todo])),
+        ("todo detail", reverse("admin:todos_todo_change", args=[quote(some_todo)])),
         ("events, unfiltered", events),
         ("events, source", events + "?source=stripe"),
         ("events, rare type", events + "?type=rare.type"),

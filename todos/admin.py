@@ -636,7 +636,7 @@ class ScheduleAdmin(admin.ModelAdmin[Schedule]):
     def last_todo(self, obj: Schedule) -> SafeString | str:
         if not obj.last_todo_id:
             return "—"
-        url = reverse("admin:todos_todo_change", args=[obj.last_todo_id])
+        url = reverse("admin:todos_todo_change", args=[quote(obj.last_todo_id)])
         return format_html('<a href="{}">{}</a>', url, obj.last_todo_id)
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:

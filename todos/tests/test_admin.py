@@ -405,7 +405,7 @@ def plain_user_client(client, db):
 def test_non_staff_gets_nothing(plain_user_client, dead):
     for url in (
         reverse(CHANGELIST),
-        reverse("admin:todos_todo_change", args=[dead[0].id]),
+        reverse("admin:todos_todo_change", args=[quote(dead[0].id)]),
         reverse("admin:todos_todo_bulk", args=["retry_reset"]),
         reverse("admin-dashboard"),
         reverse("admin-dashboard-json"),

@@ -4,6 +4,7 @@ page (counts, paused, limits, pause/resume actions, editing limits), and the das
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from todos import controls, queue
@@ -56,7 +57,7 @@ def test_cancel_every_matching_todo_in_batches(admin_client, make_todo):
 
 def test_the_detail_page_offers_cancel_for_a_claimed_todo(admin_client, make_todo):
     todo = make_todo("jobs", state=TodoState.CLAIMED)
-    body = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id])).content.decode()
+    body = admin_client.get(reverse("admin:todos_todo_change", args=[quote(todo.id)])).content.decode()
     assert "Cancel (stop it for good" in body
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from todos.models import Todo, TodoState
@@ -62,7 +63,7 @@ def test_change_priority_with_a_bad_value_changes_nothing_and_says_why(admin_cli
 
 def test_the_detail_page_of_a_scheduled_todo_offers_run_now(admin_client, make_todo):
     todo = make_todo("q", delay_seconds=60)
-    response = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id]))
+    response = admin_client.get(reverse("admin:todos_todo_change", args=[quote(todo.id)]))
     assert response.status_code == 200, (response.status_code, response.headers.get("Location"))
     page = response.content.decode()
     assert "Run now" in page and "Change priority" in page
