@@ -1,0 +1,72 @@
+"""Switchboard's Python client: ``Client``/``AsyncClient`` for the REST API, ``Worker`` for running
+handlers under leases, and the ``switchboard`` CLI."""
+
+from switchboard_client._api import UNSET, Call, Retry
+from switchboard_client.client import DEFAULT_URL, AsyncClient, Client, __version__
+from switchboard_client.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    MethodNotAllowed,
+    NotFound,
+    ServerError,
+    ServerUnreachable,
+    SwitchboardError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
+from switchboard_client.models import (
+    BatchOutcome,
+    CreatedTodo,
+    ErrorBody,
+    Event,
+    EventSummary,
+    EventTodo,
+    Page,
+    QueueControls,
+    QueueStats,
+    Replay,
+    Schedule,
+    Todo,
+)
+from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Worker
+
+__all__ = [
+    "DEFAULT_URL",
+    "UNSET",
+    "AsyncClient",
+    "BatchOutcome",
+    "Call",
+    "Client",
+    "Conflict",
+    "Context",
+    "CreatedTodo",
+    "ErrorBody",
+    "Event",
+    "EventSummary",
+    "EventTodo",
+    "Fail",
+    "Forbidden",
+    "Invalid",
+    "LeaseLost",
+    "MethodNotAllowed",
+    "NotFound",
+    "Page",
+    "QueueControls",
+    "QueueStats",
+    "Release",
+    "Replay",
+    "Retry",
+    "Schedule",
+    "ServerError",
+    "ServerUnreachable",
+    "Stats",
+    "SwitchboardError",
+    "Todo",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+    "Worker",
+    "__version__",
+]
