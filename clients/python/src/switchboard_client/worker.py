@@ -446,7 +446,7 @@ class _Completions:
             if not self.closed and len(self.pending) < MAX_BATCH:
                 await asyncio.sleep(self.delay)
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
-            if not self.pending:
+            if not self.pending and not self.closed:
                 self.ready.clear()
             if batch:
                 await self._send(batch)
