@@ -27,6 +27,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.responses import JSONResponse
 
+import switchboard
 from switchboard.api import error_body
 from todos import auth
 from todos.mcp import tools
@@ -67,6 +68,7 @@ async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReque
 def build_server() -> Server[Any]:
     return Server(
         "switchboard",
+        version=switchboard.__version__,
         title="Switchboard",
         instructions=INSTRUCTIONS,
         # Read directly, so a 2026-07-28 call's header check does not run tools/list each time.

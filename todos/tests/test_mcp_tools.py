@@ -13,8 +13,11 @@ import anyio
 import pytest
 import requests
 from django.db import connection
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+import switchboard
 from todos import queue
 from todos.api.serializers import TodoCreateInput, TodoSerializer
 from todos.mcp import tools
@@ -54,8 +57,10 @@ def ok(result: Any) -> dict[str, Any]:
 
 
 def error(result: Any) -> dict[str, Any]:
-    assert result.is_error, result.structured_content
-    return dict(result.structured_content["error"])
+    # The body is the text; structuredContent would have to match the output schema, which describes
+    # success (clients that validate it turned an error there into -32602).
+    assert result.is_error and result.structured_content is None, result
+    return dict(json.loads(result.content[0].text)["error"])
 
 
 def rpc(
@@ -259,11 +264,25 @@ def test_bad_arguments_are_invalid_naming_the_field_and_change_nothing(
     assert Todo.objects.count() == 1
 
 
-def test_an_unknown_tool_is_a_not_found_tool_error(mcp_base, agent):
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_an_unknown_tool_is_a_json_rpc_invalid_params_error_not_a_tool_error(mcp_base, agent, mode):
     async def scenario(client: Any) -> Any:
-        return error(await client.call_tool("delete_everything", {}))
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("delete_everything", {})
+        return raised.value
 
-    assert run(mcp_base, agent.token, scenario)["code"] == "not_found"
+    refused = run(mcp_base, agent.token, scenario, mode=mode)
+    assert refused.code == INVALID_PARAMS and refused.message == "Unknown tool: delete_everything"
+    wire = rpc(mcp_base, agent.token, "tools/call", {"name": "delete_everything", "arguments": {}}, "2025-11-25")
+    assert wire.json()["error"]["code"] == INVALID_PARAMS and "result" not in wire.json()
+
+
+def test_server_info_names_the_release(mcp_base, agent):
+    async def scenario(client: Any) -> Any:
+        return client.server_info
+
+    info = run(mcp_base, agent.token, scenario, mode="legacy")
+    assert info.version == switchboard.__version__ and info.version
 
 
 def test_a_payload_over_the_limit_is_too_large_and_creates_nothing(mcp_base, agent, settings):
