@@ -86,6 +86,12 @@ ASGI_MOUNTS: dict[str, str] = {
 # Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
 # server's event loop, and a stop answers every waiting claim at once.
 ASGI_LIFESPAN: list[str] = ["todos.waiting"]
+# Each web process's pool of threads for sync work (switchboard/executor.py): every sync request and
+# every statement of an async view runs there, each thread on its own persistent connection. So a web
+# process holds at most WEB_THREADS database connections, plus one for its listener.
+WEB_THREADS = env.int("WEB_THREADS", default=8)
+if WEB_THREADS < 1:
+    raise ImproperlyConfigured("WEB_THREADS must be at least 1.")
 
 TEMPLATES = [
     {
