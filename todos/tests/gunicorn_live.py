@@ -53,9 +53,9 @@ class Server:
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.2)
 
-    def output(self) -> str:
+    def output(self, tail: int = 4000) -> str:
         self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-4000:]
+        return self.log.read().decode(errors="replace")[-tail:]
 
     def claim_statements(self) -> float:
         """claim_next calls by the server's processes, from its /metrics."""
@@ -88,3 +88,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     yield start
     for server in servers:
         server.stop()
+
+
+def worker_pids(master: int) -> set[int]:
+    """The live children of a gunicorn master (its workers), from /proc."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == master and fields[0] != "Z":
+            pids.add(int(stat.parent.name))
+    return pids

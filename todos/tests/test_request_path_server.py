@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import statistics
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,7 +21,7 @@ from django.test import Client
 
 from bench.aio_http import Connection
 from todos.models import Agent, Todo, TodoState
-from todos.tests.gunicorn_live import Server
+from todos.tests.gunicorn_live import Server, worker_pids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -202,3 +204,36 @@ def test_a_mixed_load_of_long_polls_claims_admin_and_mcp_keeps_the_server_answer
     server = start_server()
     load = mixed_load(server, agent, staff_session)
     _check(load, server)
+
+
+@pytest.mark.parametrize("what", ["loop", "pool"])
+def test_a_worker_whose_request_path_stalls_is_replaced_by_gunicorn_within_the_watchdogs_window(
+    start_server: Callable[..., Server], what: str
+) -> None:
+    window = 3.0
+    server = start_server(workers=1, env={"SWITCHBOARD_TEST_HOOKS": "1", "WATCHDOG_SECONDS": str(window)})
+    [stuck] = worker_pids(server.proc.pid)
+
+    async def stall() -> None:
+        conn = await Connection(server.base).open()
+        await conn.send("POST", f"/_test/stall/{what}?seconds=120")
+        stalled_at = time.monotonic()
+        # The worker ends within the window (plus one probe interval and a loaded machine's slack)...
+        while stuck in worker_pids(server.proc.pid):
+            assert time.monotonic() - stalled_at < window + 1 + 4, "the stuck worker is still running"
+            await asyncio.sleep(0.1)
+        conn.close()
+
+    asyncio.run(stall())
+    # ...and gunicorn starts another, which serves.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(server.base + "/healthz", timeout=5) as response:  # noqa: S310 (local)
+                assert json.load(response) == {"status": "ok", "database": "ok"}
+                break
+        except OSError:
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.2)
+    assert stuck not in worker_pids(server.proc.pid) and len(worker_pids(server.proc.pid)) == 1
+    assert "request path stuck" in server.output(tail=10**7)
