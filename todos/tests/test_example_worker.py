@@ -14,8 +14,7 @@ import pytest
 
 from todos import queue
 from todos.models import Todo, TodoState
-from todos.tests.test_longpoll_server import Server
-from todos.waiting import listener
+from todos.waiting import waiters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -53,7 +52,7 @@ def _stop(proc: subprocess.Popen) -> str:
             proc.kill()
     # A long-poll the worker had in flight still waits on the server after the worker is gone (and
     # would claim the next test's todo): let it run out first.
-    _wait_until(lambda: not listener._waiters, timeout=10)
+    _wait_until(lambda: not waiters._waiters, timeout=10)
     return out
 
 
@@ -106,17 +105,10 @@ def test_heartbeats_keep_a_short_lease_alive_through_a_longer_handler(live_serve
     assert todo.attempt == 1 and todo.errors == [] and todo.result == {"slept": 2.5}
 
 
-def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(tmp_path, agent):
+def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(start_server, agent):
     # On the shipped server (gunicorn + uvicorn): the worker hangs up its long-poll at once, and the
     # server releases whatever that claim takes for a caller who has left.
-    server = Server(2, tmp_path)
-    try:
-        _sigterm_mid_poll(server, agent)
-    finally:
-        server.stop()
-
-
-def _sigterm_mid_poll(server: Server, agent) -> None:
+    server = start_server()
     proc = _start(server, agent, "sleep:30", "--wait", "5")
     try:
         _wait_until(lambda: server.claim_statements() >= 1)
@@ -137,7 +129,7 @@ def _sigterm_mid_poll(server: Server, agent) -> None:
 def test_sigterm_mid_long_poll_exits_long_before_the_poll_would_end(live_server, agent):
     proc = _start(live_server, agent, "echo", "--wait", "10")
     try:
-        _wait_until(lambda: len(listener._waiters) == 1)
+        _wait_until(lambda: len(waiters._waiters) == 1)
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
@@ -149,7 +141,7 @@ def test_sigterm_mid_long_poll_exits_long_before_the_poll_would_end(live_server,
     # The request is aborted, not waited out: well inside the 10 s the server would have held it.
     assert took < 5, out
     # The live server's thread does not notice the hang-up; let its wait run out before the next test.
-    _wait_until(lambda: not listener._waiters, timeout=15)
+    _wait_until(lambda: not waiters._waiters, timeout=15)
 
 
 def test_drain_exits_once_the_queues_are_empty(live_server, agent):

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 @pytest.fixture
 def client(server, agent):
-    with Client(server.url, agent.token) as client:
+    with Client(server.base, agent.token) as client:
         yield client
 
 
@@ -97,7 +97,7 @@ def test_batch_complete_answers_one_outcome_per_item(client):
 
 def test_retry_revives_a_dead_letter(server, make_agent):
     operator = make_agent("ops", can_retry_dead_letters=True)
-    with Client(server.url, operator.token) as client:
+    with Client(server.base, operator.token) as client:
         client.create("dl", max_attempts=1)
         [todo] = client.claim(["dl"])
         dead = client.fail(todo, error="boom")
@@ -108,7 +108,7 @@ def test_retry_revives_a_dead_letter(server, make_agent):
 
 def test_queues_are_listed_paused_resumed_and_limited(server, make_agent):
     manager = make_agent("manager", can_manage_queues=True)
-    with Client(server.url, manager.token) as client:
+    with Client(server.base, manager.token) as client:
         client.create("ops.q")
         [stats] = [q for q in client.queues() if q.queue == "ops.q"]
         assert isinstance(stats, QueueStats) and stats.pending == 1 and not stats.paused
@@ -141,10 +141,10 @@ def test_errors_are_raised_as_the_apis_codes(server, client, make_agent):
         client.create("q", priority=1000)
     assert "priority" in invalid.value.fields
     narrow = make_agent("narrow", claim=["mine"])
-    with Client(server.url, narrow.token) as other, pytest.raises(Forbidden) as forbidden:
+    with Client(server.base, narrow.token) as other, pytest.raises(Forbidden) as forbidden:
         other.claim(["theirs"])
     assert forbidden.value.queues == ["theirs"]
-    with Client(server.url, "sb_wrong") as wrong, pytest.raises(Unauthorized):
+    with Client(server.base, "sb_wrong") as wrong, pytest.raises(Unauthorized):
         wrong.queues()
     with Client("http://127.0.0.1:9", "x", retries=1, backoff=0.01) as down, pytest.raises(ServerUnreachable) as e:
         down.queues()
@@ -152,7 +152,7 @@ def test_errors_are_raised_as_the_apis_codes(server, client, make_agent):
 
 
 def test_client_reads_the_url_and_token_from_the_environment(server, agent, monkeypatch):
-    monkeypatch.setenv("SWITCHBOARD_URL", server.url)
+    monkeypatch.setenv("SWITCHBOARD_URL", server.base)
     monkeypatch.setenv("SWITCHBOARD_TOKEN", agent.token)
     with Client() as client:
         assert client.create("envq").queue == "envq"
@@ -160,7 +160,7 @@ def test_client_reads_the_url_and_token_from_the_environment(server, agent, monk
 
 def test_a_todo_lives_its_whole_life_through_the_async_client(server, agent):
     async def life() -> None:
-        async with AsyncClient(server.url, agent.token) as client:
+        async with AsyncClient(server.base, agent.token) as client:
             created = await client.create("alife", kind="k", payload={"x": 1}, idempotency_key="a1")
             assert created.created
             assert (await client.get(created)).payload == {"x": 1}

@@ -41,7 +41,7 @@ def test_concurrency_8_over_500_todos_runs_each_exactly_once(server, agent):
     ids = {queue.create(queue="many", kind="n", payload={"n": i})[0].id for i in range(500)}
     runs = collections.Counter()
     lock = threading.Lock()
-    worker = Worker(Client(server.url, agent.token), queues=["many"], concurrency=8, lease_seconds=30, drain=True)
+    worker = Worker(Client(server.base, agent.token), queues=["many"], concurrency=8, lease_seconds=30, drain=True)
 
     @worker.handler("n")
     def handle(todo):
@@ -61,7 +61,7 @@ def test_async_handlers_fail_with_retry_in_and_release(server, agent):
     ok = queue.create(queue="kinds", kind="ok", payload={"x": 1})[0]
     bad = queue.create(queue="kinds", kind="bad")[0]
     back = queue.create(queue="kinds", kind="back")[0]
-    worker = Worker(Client(server.url, agent.token), queues=["kinds"], concurrency=4, drain=True)
+    worker = Worker(Client(server.base, agent.token), queues=["kinds"], concurrency=4, drain=True)
     released = []
 
     @worker.handler("ok")
@@ -92,7 +92,7 @@ def test_async_handlers_fail_with_retry_in_and_release(server, agent):
 
 def test_a_handler_slower_than_its_lease_is_kept_alive_by_heartbeats(server, agent):
     todo = queue.create(queue="slow", kind="s")[0]
-    worker = Worker(Client(server.url, agent.token), queues=["slow"], lease_seconds=1, drain=True)
+    worker = Worker(Client(server.base, agent.token), queues=["slow"], lease_seconds=1, drain=True)
 
     @worker.handler("s")
     def slow(todo):
@@ -110,7 +110,7 @@ def test_a_lost_lease_is_told_to_the_handler_and_not_completed(server, agent, ma
     todo = queue.create(queue="lost", kind="l")[0]
     other = make_agent("bob")
     seen = {}
-    worker = Worker(Client(server.url, agent.token), queues=["lost"], lease_seconds=1.5, poll_seconds=1)
+    worker = Worker(Client(server.base, agent.token), queues=["lost"], lease_seconds=1.5, poll_seconds=1)
 
     @worker.handler("l")
     def handle(todo, ctx):
