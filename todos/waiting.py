@@ -46,6 +46,7 @@ import psycopg
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from switchboard import dberrors
 from todos import queue, selectors, sql
 from todos.errors import QueueError
 from todos.models import Agent, Todo
@@ -418,8 +419,8 @@ class Listener:
                     await self._listen(conn)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any failure of the connection: reconnect after a pause
-                logger.warning("listener connection lost (%s); reconnecting", exc.__class__.__name__)
+            except Exception as exc:  # any failure of the connection: say why, reconnect after a pause
+                dberrors.log_failure(logger, "listener connection", exc)
             finally:
                 self.connected.clear()
             await asyncio.sleep(backoff)

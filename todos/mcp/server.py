@@ -14,13 +14,14 @@ import contextlib
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.responses import JSONResponse
 
+from switchboard import dberrors
 from switchboard.api import error_body
 from todos import auth
 from todos.mcp import tools
@@ -146,9 +147,10 @@ class McpEndpoint:
             return
         try:
             agent = await agent_for_token(token)
-        except (OperationalError, InterfaceError):
-            body = error_body("unavailable", "The database is unavailable; retry shortly.")
-            await JSONResponse(body, status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
+        except DatabaseError as exc:
+            if (answer := dberrors.error_answer(exc)) is None:
+                raise
+            await JSONResponse(error_body(*answer), status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
             return
         if agent is None:
             await _unauthorized(scope, receive, send, invalid=True)

@@ -18,11 +18,11 @@ from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import DatabaseError, close_old_connections
 from mcp import types
 from rest_framework import serializers
 
-from switchboard import ids
+from switchboard import dberrors, ids
 from switchboard.api import error_body
 from todos import queue, waiting
 from todos.api.serializers import (
@@ -349,5 +349,7 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
         return _result(_invalid(exc.detail), is_error=True)
     except QueueError as exc:
         return _result(error_body(exc.code, exc.detail, **exc.extra), is_error=True)
-    except (OperationalError, InterfaceError):
-        return _result(error_body("unavailable", "The database is unavailable; retry shortly."), is_error=True)
+    except DatabaseError as exc:
+        if (answer := dberrors.error_answer(exc)) is None:
+            raise
+        return _result(error_body(*answer), is_error=True)
