@@ -85,6 +85,21 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
         reason = "queue_paused" if paused else "queue_limit"
         why = "its queue is paused" if paused else "its queue is at its concurrency or rate limit"
         return TodoConflict(f"Cannot claim {todo_id} now: {why}.", state=state, dead_letter=dead, reason=reason)
+    if (
+        action == "heartbeat"
+        and lease_id == current_lease
+        and (agent is None or owner_agent == agent.name)
+        and state in (TodoState.PENDING, TodoState.CLAIMED)
+    ):
+        # The receipt is current, so the lease lapsed and taking it back was refused (sql.HEARTBEAT).
+        reason = "queue_paused" if paused else "queue_limit"
+        why = "its queue is paused" if paused else "its queue is at its max_claimed"
+        return TodoConflict(
+            f"Cannot heartbeat {todo_id}: its lease lapsed and {why}, so it cannot be taken back.",
+            state=state,
+            dead_letter=dead,
+            reason=reason,
+        )
     if lease_id is not None and (current_lease != lease_id or (agent is not None and owner_agent != agent.name)):
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "
