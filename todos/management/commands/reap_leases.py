@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -127,14 +128,14 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             logger.warning("purge check failed: %s", dberrors.describe(exc))
             return
-        if claimed:
-            self.purger = threading.Thread(target=self.purge, name="purge", daemon=True)
+        if claimed is not None:
+            self.purger = threading.Thread(target=self.purge, args=(claimed,), name="purge", daemon=True)
             self.purger.start()
 
-    def purge(self) -> None:
+    def purge(self, claimed: datetime) -> None:
         started = time.monotonic()
         try:
-            result = retention.purge(should_stop=self.stopping.is_set)
+            result = retention.run_daily_purge(claimed, should_stop=self.stopping.is_set)
         except DatabaseError as exc:
             logger.warning("daily purge failed: %s", dberrors.describe(exc))
             return
