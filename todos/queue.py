@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection
 from psycopg.types.json import Jsonb
 
@@ -133,10 +134,12 @@ def create(
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
     """
+    if not isinstance(queue, str):
+        raise InvalidTransitionInput("queue must be a string.", field="queue")
     try:
         validate_queue_name(queue)
-    except Exception as exc:  # ValidationError: report it in the queue's own error type
-        raise InvalidTransitionInput(str(exc.messages[0]), field="queue") from exc  # type: ignore[attr-defined]
+    except ValidationError as exc:  # reported in the queue's own error type
+        raise InvalidTransitionInput(exc.messages[0], field="queue") from exc
     if agent is not None and not agent.may_create_in(queue):
         raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
     _check_priority(priority)
