@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -71,3 +72,52 @@ def test_ctrl_c_on_make_run_leaves_no_process_and_no_database_running(tmp_path):
                 os.kill(pid, signal.SIGINT if "postgres" in cmdline.split()[0] else signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+USE_EMBEDDED = """
+import os, sys, time
+import django
+django.setup()
+from django.db import connection
+connection.ensure_connection()
+print("ready", flush=True)
+if sys.argv[1] == "stay":
+    time.sleep(300)
+"""
+
+
+def test_the_last_process_to_exit_stops_the_embedded_server_even_after_one_was_killed(tmp_path):
+    # A web worker that gunicorn SIGKILLs (past its graceful timeout) never runs its exit handlers.
+    env = {
+        **newcomer_env(),
+        "DJANGO_SETTINGS_MODULE": "switchboard.settings_test",
+        "EMBEDDED_PG_DATA": str(tmp_path / "pgdata"),
+        "EMBEDDED_PG_DATABASE": "switchboard",
+    }
+    pidfile = tmp_path / "pgdata" / "postmaster.pid"
+
+    def start(mode: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", USE_EMBEDDED, mode], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
+    killed = start("stay")
+    try:
+        killed.kill()
+        killed.communicate(timeout=10)
+        assert pidfile.exists()
+        last = start("exit")  # uses the same server, then exits normally: its last user
+        last.communicate(timeout=60)
+        assert last.returncode == 0
+        deadline = time.monotonic() + 15
+        while pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pidfile.exists(), "the embedded server outlived every process that used it"
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.communicate(timeout=10)
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGINT)
