@@ -20,8 +20,8 @@ from switchboard import dberrors
 from switchboard.api import DatabaseUnavailableMiddleware
 from switchboard.dberrors import Failure
 from todos import queue
+from todos.listener import Listener, listener
 from todos.models import Todo, TodoState
-from todos.waiting import Listener, listener
 
 
 def _params(**overrides: Any) -> dict[str, Any]:
@@ -204,7 +204,7 @@ class _MisconfiguredListener(Listener):
 
 def _listener_log(overrides: dict[str, Any], caplog: pytest.LogCaptureFixture, wait: Callable[[], bool]) -> None:
     failing = _MisconfiguredListener(**overrides)
-    with caplog.at_level(logging.WARNING, logger="todos.waiting"):
+    with caplog.at_level(logging.WARNING, logger="todos.listener"):
         failing._ensure_running()
         try:
             deadline = time.monotonic() + 10
