@@ -8,7 +8,7 @@ import json
 
 import pytest
 from django.test import Client as DjangoClient
-from switchboard_client import AsyncClient, Client, _api, models
+from switchboard_client import AsyncClient, Client, _api, errors, models
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +115,8 @@ def test_every_object_the_api_answers_with_has_a_model(spec):
         for prop in spec["components"]["schemas"][envelope]["properties"].values():
             ref = prop.get("$ref") or prop.get("items", {}).get("$ref")
             assert ref is None or ref.rsplit("/", 1)[1] in modelled, (envelope, ref)
+
+
+def test_every_error_code_of_the_api_has_its_exception(spec):
+    codes = set(spec["components"]["schemas"]["CodeEnum"]["enum"])
+    assert codes <= set(errors.BY_CODE), sorted(codes - set(errors.BY_CODE))

@@ -90,6 +90,12 @@ class Unavailable(SwitchboardError):
     code = "unavailable"
 
 
+class Timeout(Unavailable):
+    """503 ``timeout``: a statement ran past the server's time limit and was rolled back."""
+
+    code = "timeout"
+
+
 class ServerUnreachable(Unavailable):
     """No answer: the server is down, unreachable, or the connection broke mid-request."""
 
@@ -104,7 +110,18 @@ class ServerError(SwitchboardError):
 
 BY_CODE: dict[str, type[SwitchboardError]] = {
     cls.code: cls
-    for cls in (Invalid, Unauthorized, Forbidden, NotFound, Conflict, TooLarge, MethodNotAllowed, Unavailable)
+    for cls in (
+        Invalid,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        TooLarge,
+        MethodNotAllowed,
+        Unavailable,
+        Timeout,
+        ServerError,
+    )
 }
 BY_STATUS: dict[int, type[SwitchboardError]] = {
     400: Invalid,
