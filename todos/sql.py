@@ -570,7 +570,8 @@ RETURNING {_TODO_COLUMNS}
 # queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
 # aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
-# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
+# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_queue_due (per queue: the
+# global todo_retry_due would walk every queue's retries), dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
 # retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
 # queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
@@ -618,9 +619,14 @@ ORDER BY q.name
 # earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
 # scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
 # when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
-# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled branch is one descent of
-# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
-# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows. Queue
+# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled and retry branches are one
+# descent per queue of todo_scheduled_due and todo_retry_queue_due (the first entry is that queue's
+# earliest run_at or next_retry_at), so a million todos scheduled for later, or other queues' retries,
+# cost it nothing; an assignee filter may walk past the other agents' rows. The retry branch orders
+# NULLS FIRST (next_retry_at is never null there: the same order), which only todo_retry_queue_due yields,
+# as the claim's pending scan does: ordered plainly, the planner walked todo_retry_due's global order,
+# expecting its queue's first retry within a few entries, and stepped over every other queue's earlier
+# retries (todos/tests/test_read_plans.py). Queue
 # controls add two moments, for limited queues with pending work:
 #  * a rate-limited one: when its bucket next holds a whole token (tokens refill with no write);
 #  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
@@ -641,9 +647,11 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(t.lease_expires_at) FROM todos_todo t
      WHERE {(S.CLAIMED & S.BELOW_CAP).sql("t")} AND t.queue IN (SELECT name FROM queues)
        AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
-    (SELECT min(t.next_retry_at) FROM todos_todo t
-     WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
-       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(r.next_retry_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.next_retry_at FROM todos_todo t
+        WHERE {S.RETRY_WAITING.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.next_retry_at NULLS FIRST LIMIT 1
+    ) r),
     (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
         SELECT t.run_at FROM todos_todo t
         WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
