@@ -574,7 +574,7 @@ RETURNING {_TODO_COLUMNS}
 # global todo_retry_due would walk every queue's retries), dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
 # retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
-# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# queue's controls. Measured at 1M rows in docs/benchmarks.md ("Operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
