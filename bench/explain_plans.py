@@ -164,7 +164,11 @@ NOTES = {
     "promote_due_scheduled (reaper), batch 500": "Per registered queue, the due range of todo_scheduled_due "
     "(a few hundred rows), locked, then updated by primary key; the million future rows are not read.",
     "seconds_until_claimable (a long-poll's next wake)": "One descent of todo_scheduled_due per queue for "
-    "its earliest run_at (LIMIT 1), beside the lapsed-lease and due-retry minimums.",
+    "its earliest run_at (LIMIT 1), and one of todo_retry_queue_due for its next due retry (migration 0019: "
+    "todo_retry_due, without the queue, walked every queue's retries), beside the lapsed-lease minimum.",
+    "queue_stats, one queue (an agent's GET /api/v1/queues/)": "One aggregate per live state, each from its "
+    "partial index; retry-waiting from todo_retry_queue_due, the queue's own entries (migration 0019: "
+    "todo_retry_due read every queue's retry-waiting rows and kept this queue's).",
     "create scheduled for later": "The same insert as a plain create (one more index entry, in "
     "todo_scheduled_due instead of todo_pending_claim_scan); no NOTIFY unless due within 20 s.",
     "claim_next, all six queues (scope '*'), limit 1": "One descent of the pending index per queue (six, "
@@ -356,6 +360,11 @@ def plans() -> list[Plan]:
             ),
             sql.SECONDS_UNTIL_CLAIMABLE,
             {"scopes": scopes_all, "wanted": scopes_all, "agent": "bench"},
+        ),
+        (
+            Plan("queue_stats, one queue (an agent's GET /api/v1/queues/)", "sql.QUEUE_STATS", "todo_retry_queue_due"),
+            sql.QUEUE_STATS,
+            {"visible": ["email.send"]},
         ),
         (
             Plan("create scheduled for later", "sql.CREATE", "todo_runnable_idempotency_key"),
