@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -25,11 +26,18 @@ CLIENT_DIR = Path(__file__).resolve().parent / "mcp_ts"
 NODE = shutil.which("node")
 
 
+def _missing(reason: str) -> NoReturn:
+    # CI installs both (.ci/run), so there a missing client is a failure, never a quiet skip.
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 def _run_client(script: str, **env: str) -> dict[str, object]:
     if NODE is None:
-        pytest.skip("node is not installed (Node.js 18 or later: apt-get install nodejs)")
+        _missing("node is not installed (Node.js 18 or later: apt-get install nodejs)")
     if not (CLIENT_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-        pytest.skip("the TypeScript SDK is not installed: npm ci --prefix todos/tests/mcp_ts")
+        _missing("the TypeScript SDK is not installed: npm ci --prefix todos/tests/mcp_ts")
     done = subprocess.run(
         [NODE, script], cwd=CLIENT_DIR, env={**os.environ, **env}, capture_output=True, text=True, timeout=60
     )
