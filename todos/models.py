@@ -168,18 +168,18 @@ class Todo(models.Model):
             # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
             # them for every claim of a queue with max_claimed, from this index alone.
             models.Index(fields=["queue", "lease_expires_at"], condition=states.CLAIMED.q, name="todo_live_leases"),
-            # promote_due_retries and claim_next's due-retry branch.
+            # promote_due_retries (the reaper): due retries of every queue, in due order.
             models.Index(
                 fields=["next_retry_at"],
                 condition=states.RETRY_WAITING.q,
                 name="todo_retry_due",
             ),
-            # The same rows per queue: queue_stats()'s retry-waiting count (an index-only scan of the
-            # caller's queues) and the long-poll's next due retry (one descent per queue, as for scheduled
-            # todos), which todo_retry_due served by walking every queue's retries (migration 0019).
-            # Retry-waiting rows are few (the retry window), so two partial indexes of them cost little.
-            # NULLS FIRST (the column is never null here) so that only this index yields the long-poll's
-            # order, as for todo_pending_claim_scan.
+            # The same rows per queue (migration 0019): claim_next's due-retry branch and the long-poll's
+            # next due retry (one descent per queue, as for scheduled todos), and queue_stats()'s
+            # retry-waiting count (an index-only scan of the caller's queues). todo_retry_due served them
+            # by walking every queue's retries. Retry-waiting rows are few (the retry window), so two
+            # partial indexes of them cost little. NULLS FIRST (the column is never null here) so that
+            # only this index yields their order, as for todo_pending_claim_scan.
             models.Index(
                 F("queue"),
                 F("next_retry_at").asc(nulls_first=True),

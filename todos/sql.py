@@ -186,8 +186,9 @@ bucket AS (
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
 #  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
 #    keeps at most that many per queue across the branches, in claim order.
-#  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
-#    partial indexes in expiry/due order.
+#  * Due retries come from todo_retry_queue_due, one descent per queue as for scheduled todos (migration
+#    0019). Lapsed leases are few (the reaper keeps them so); they come from their partial index in
+#    expiry order.
 #  * The branches other than pending are taken in time order and their rows compete with pending ones in
 #    claim order: until the reaper moves them to pending (within a sweep), a more urgent one further down
 #    such a branch may wait behind a less urgent one above it; taking them by priority would mean sorting
@@ -233,12 +234,18 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
-    WHERE {S.RETRY_DUE.sql("t")}
-      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-    ORDER BY t.next_retry_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT d.id, d.queue, d.priority, d.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
+        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
+        -- a generic plan once read every due retry of every queue through that index and sorted them.
+        ORDER BY t.next_retry_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) d
 ),
 chosen AS MATERIALIZED (
     SELECT id, queue FROM (

@@ -87,3 +87,23 @@ def test_one_triage_group_of_dead_letters_is_an_index_lookup(many_retries_elsewh
     plan = group.order_by("-created_at")[:100].explain()
     assert "todo_dead_last_error" in plan, plan
     assert group.count() == 75
+
+
+def test_a_claims_due_retries_are_one_descent_per_queue_never_other_queues_due_rows():
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO todos_queue (name, created_at) VALUES ('busy', now()), ('mine', now())")
+        cursor.execute(
+            """
+            INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
+                                    created_at, updated_at, run_at, next_retry_at)
+            SELECT 'td_' || i, CASE WHEN i = 1 THEN 'mine' ELSE 'busy' END, '', '', '', '{}', 'failed', 1, 5, '[]',
+                   now(), now(), now(), now() - make_interval(secs => CASE WHEN i = 1 THEN 1 ELSE 10000 - i END)
+            FROM generate_series(1, 3001) i
+            """
+        )
+        cursor.execute("VACUUM ANALYZE todos_todo")
+    params = {"scopes": ALL, "wanted": ["mine"], "agent": "a", "owner": "a", "limit": 1, "lease_seconds": 60.0}
+    plan = _explain(sql.CLAIM_NEXT, params)
+    due = plan.split("CTE due", 1)[1].split("CTE chosen", 1)[0]
+    assert "todo_retry_queue_due" in due and "Sort" not in due, plan
+    assert max(_retry_rows_read(due)) <= 1, plan  # mine's one due retry, none of busy's 3,000
