@@ -84,6 +84,11 @@ class TodoQuerySet(models.QuerySet["Todo"]):
         return self.filter(states.DEAD_LETTER.q)
 
 
+# The unique index that makes a runnable todo hold its (queue, idempotency_key): a transition that
+# revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
+RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
+
+
 # The triage view groups dead-letters by their last error's first this many characters: enough to tell
 # "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
 # still mostly falls in one group.
@@ -137,7 +142,7 @@ class Todo(models.Model):
             models.UniqueConstraint(
                 fields=["queue", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False) & states.RUNNABLE.q,
-                name="todo_runnable_idempotency_key",
+                name=RUNNABLE_KEY_CONSTRAINT,
             ),
             models.CheckConstraint(condition=Q(attempt__gte=0), name="todo_attempt_not_negative"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="todo_max_attempts_positive"),
