@@ -37,7 +37,7 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -572,8 +572,8 @@ RETURNING {_TODO_COLUMNS}
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
 # claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
-# retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
-# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# retention keeps it short), waiting from todo_waiting (index-only). Done todos are history and are not
+# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
@@ -599,10 +599,14 @@ scheduled AS (
 cancelled AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.CANCELLED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+waiting AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.WAITING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
     pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0),
-    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst
+    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst, COALESCE(waiting.n, 0)
 FROM q
 JOIN todos_queue r ON r.name = q.name
 LEFT JOIN pending ON pending.queue = q.name
@@ -611,6 +615,7 @@ LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
 LEFT JOIN scheduled ON scheduled.queue = q.name
 LEFT JOIN cancelled ON cancelled.queue = q.name
+LEFT JOIN waiting ON waiting.queue = q.name
 ORDER BY q.name
 """
 
