@@ -226,11 +226,12 @@ class OnTimeout(models.TextChoices):
 
 
 class Waitpoint(models.Model):
-    """An open wait of a waiting todo (issue 20): what resolves it, indexed for each kind of resolver, and
-    its timeout. Deleted by whatever resolves it or times it out (the guarded statements of todos/sql.py
-    delete it and move the todo in one statement), so the table holds only open waits and two resolvers
-    of one wait cannot both win. Not a foreign key: retention deletes todos in SQL; a waitpoint whose todo
-    left waiting another way (cancel) is removed by the next resolver or the timeout sweep, harmlessly."""
+    """A todo's latest wait (issue 20): what resolves it, indexed for each kind of resolver while it is open,
+    and its timeout. Whatever resolves it or times it out sets resolved_at and moves the todo, in one
+    guarded statement (todos/sql.py), so two resolvers of one wait cannot both win; the closed row stays so
+    that a second resolve of a token is told apart (409) from an unknown token (404). A new wait of the
+    same todo replaces its row. Not a foreign key: retention deletes todos in SQL. A wait whose todo left
+    waiting another way (cancel) is closed by the next resolver or the timeout sweep, harmlessly."""
 
     todo_id = models.CharField(primary_key=True, max_length=40)
     queue = models.CharField(max_length=200)
@@ -250,15 +251,21 @@ class Waitpoint(models.Model):
     # finishes decrements the waits that list it (GIN lookup) in its own transaction; at 0 it resolves.
     awaited_ids = ArrayField(models.CharField(max_length=40), null=True, blank=True)
     unfinished = models.PositiveIntegerField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        # Each index holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
             # the reaper's time_out_waits: due timeouts in order.
-            models.Index(fields=["timeout_at"], name="waitpoint_timeout"),
+            models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
             # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
-            models.Index(fields=["event_key"], condition=Q(event_key__isnull=False), name="waitpoint_event_key"),
+            models.Index(
+                fields=["event_key"],
+                condition=Q(event_key__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_event_key",
+            ),
             # a finishing todo's waiters.
-            GinIndex(fields=["awaited_ids"], name="waitpoint_awaited_ids"),
+            GinIndex(fields=["awaited_ids"], condition=Q(resolved_at__isnull=True), name="waitpoint_awaited_ids"),
         ]
 
     def __str__(self) -> str:

@@ -6,7 +6,8 @@
   name and swapped in, as in 0012, so creates keep their arbiter throughout.
 * todos_todo gains waiting_for and resolution (nullable: no rewrite); todo_waiting (queue) WHERE waiting,
   CONCURRENTLY, for queue_stats() and the admin's filter.
-* todos_waitpoint: the open waits, with an index per resolver (timeout, event key, awaited ids).
+* todos_waitpoint: each todo's latest wait, with a partial index of the open ones per resolver (timeout,
+  event key, awaited ids).
 """
 
 from importlib import import_module
@@ -67,16 +68,25 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("unfinished", models.PositiveIntegerField(blank=True, null=True)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 "indexes": [
-                    models.Index(fields=["timeout_at"], name="waitpoint_timeout"),
                     models.Index(
-                        condition=models.Q(("event_key__isnull", False)),
+                        condition=models.Q(("resolved_at__isnull", True)),
+                        fields=["timeout_at"],
+                        name="waitpoint_timeout",
+                    ),
+                    models.Index(
+                        condition=models.Q(("event_key__isnull", False), ("resolved_at__isnull", True)),
                         fields=["event_key"],
                         name="waitpoint_event_key",
                     ),
-                    django.contrib.postgres.indexes.GinIndex(fields=["awaited_ids"], name="waitpoint_awaited_ids"),
+                    django.contrib.postgres.indexes.GinIndex(
+                        condition=models.Q(("resolved_at__isnull", True)),
+                        fields=["awaited_ids"],
+                        name="waitpoint_awaited_ids",
+                    ),
                 ],
             },
         ),
