@@ -76,18 +76,22 @@ def show_awaited(todos: Iterable[Todo]) -> None:
     """A resolution by todos stores their ids; shown (on each todo given, in place) with each one's state
     and result as they are now, read in one query for all. A result over MAX_SHOWN_RESULT_CHARS of JSON
     reads {"truncated": true}: GET that todo for all of it. A read, never a transition."""
-    waiting = [t for t in todos if isinstance(t.resolution, dict) and isinstance(t.resolution.get("todos"), list)]
-    ids = {i for t in waiting for i in t.resolution["todos"] if isinstance(i, str)}
+    resolved: list[tuple[Todo, dict[str, Any]]] = [
+        (t, t.resolution)
+        for t in todos
+        if isinstance(t.resolution, dict) and isinstance(t.resolution.get("todos"), list)
+    ]
+    ids = {i["id"] if isinstance(i, dict) else i for _, r in resolved for i in r["todos"]}
     if not ids:
         return
     found = {row["id"]: row for row in Todo.objects.filter(pk__in=ids).values("id", "state", "result")}
-    for todo in waiting:
+    for todo, resolution in resolved:
         shown = []
-        for item in todo.resolution["todos"]:
+        for item in resolution["todos"]:
             todo_id = item["id"] if isinstance(item, dict) else item  # shown once already
             row = found.get(todo_id, {"state": None, "result": None})
             result = row["result"]
             if len(json.dumps(result)) > MAX_SHOWN_RESULT_CHARS:
                 result = {"truncated": True}
             shown.append({"id": todo_id, "state": row["state"], "result": result})
-        todo.resolution = {**todo.resolution, "todos": shown}
+        todo.resolution = {**resolution, "todos": shown}
