@@ -17,9 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def waiting(agent, make_todo) -> Todo:
     todo = queue.claim(make_todo("reviews", title="needs sign-off").id, agent=agent)
-    waited, _ = queue.wait(
-        todo.id, agent=agent, lease_id=todo.lease_id, wait_for={"token": True}, timeout_seconds=3600
-    )
+    waited, _ = queue.wait(todo.id, agent=agent, lease_id=todo.lease_id, wait_for={"token": True}, timeout_seconds=3600)
     return waited
 
 
