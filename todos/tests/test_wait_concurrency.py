@@ -128,4 +128,4 @@ def test_sixteen_threads_completing_the_children_of_a_waiting_parent_wake_it_exa
     after = Todo.objects.get(pk=parent.id)
     assert after.state == TodoState.PENDING
     assert [e["error"] for e in after.errors].count("wait resolved") == 1
-    assert after.awaited_left == 0
+    assert after.awaited_left == []
