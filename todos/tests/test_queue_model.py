@@ -255,6 +255,18 @@ class QueueMachine(RuleBasedStateMachine):
         real, _ = outcome_of(lambda: queue.resolve_token(token, data={"ok": True}))
         self.check("resolve_token", real, expected)
 
+    # Fan-in, often: a todo some waiter still waits for is cancelled (or completed, if it is leased).
+    @precondition(lambda self: any(t.state == "waiting" and t.left for t in self.model.todos.values()))
+    @rule(data=st.data())
+    def finish_an_awaited_todo(self, data: st.DataObject) -> None:
+        awaited = sorted({i for t in self.model.todos.values() if t.state == "waiting" for i in t.left})
+        todo_id = data.draw(st.sampled_from(awaited), label="finishing")
+        t = self.model.todos[todo_id]
+        if t.state == "claimed" and t.lease and t.owner:
+            self._with_receipt("complete", (todo_id, t.owner, t.lease), "holder", result={"n": 1})
+        else:
+            self._cancel(todo_id, False)
+
     @precondition(lambda self: any(t.state == "waiting" and not t.timeout_due for t in self.model.todos.values()))
     @rule(data=st.data())
     def make_a_wait_time_out(self, data: st.DataObject) -> None:
