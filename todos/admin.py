@@ -136,6 +136,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ),
         ("Event", {"fields": ("event_link", "sibling_todos")}),
         ("Payload", {"fields": ("payload_json",)}),
+        ("Progress", {"fields": ("progress_json", "checkpoint_json", "traceparent")}),
         ("Result", {"fields": ("result_json",)}),
         ("History", {"fields": ("timeline", "errors_json")}),
     )
@@ -240,6 +241,14 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     @admin.display(description="payload")
     def payload_json(self, obj: Todo) -> SafeString:
         return show.pretty_json(obj.payload)
+
+    @admin.display(description="progress")
+    def progress_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.progress)
+
+    @admin.display(description="checkpoint")
+    def checkpoint_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.checkpoint)
 
     @admin.display(description="result")
     def result_json(self, obj: Todo) -> SafeString:

@@ -112,6 +112,12 @@ class Todo(models.Model):
     # When the todo may first run: its creation time unless scheduled. Claims order by (priority, run_at).
     run_at = models.DateTimeField(db_default=Now())
     priority = models.SmallIntegerField(db_default=0)
+    # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
+    # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    # The W3C trace context the todo's work belongs to (sent on create, or started by its delivery).
+    traceparent = models.CharField(max_length=55, null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 

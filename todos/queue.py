@@ -111,6 +111,7 @@ def create(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     priority: int = 0,
+    traceparent: str | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
     Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
@@ -145,6 +146,7 @@ def create(
         "run_at": run_at,
         "delay": delay_seconds,
         "priority": priority,
+        "traceparent": traceparent,
     }
     # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
     for _ in range(5):
@@ -224,10 +226,26 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
 
 
 @counted("heartbeat")
-def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float | None = None) -> Todo:
-    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt."""
+def heartbeat(
+    todo_id: str,
+    *,
+    agent: Agent,
+    lease_id: str,
+    lease_seconds: float | None = None,
+    progress: JSON = None,
+    checkpoint: JSON = None,
+) -> Todo:
+    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt. ``progress`` and
+    ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next)."""
     return _with_receipt(
-        sql.HEARTBEAT, "heartbeat", todo_id, agent, lease_id, lease_seconds=_lease_seconds(lease_seconds)
+        sql.HEARTBEAT,
+        "heartbeat",
+        todo_id,
+        agent,
+        lease_id,
+        lease_seconds=_lease_seconds(lease_seconds),
+        progress=Jsonb(progress) if progress is not None else None,
+        checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
     )
 
 

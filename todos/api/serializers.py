@@ -37,6 +37,10 @@ MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
 MAX_ERROR_CHARS = 10_000
 MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
+MAX_PROGRESS_MESSAGE_CHARS = 500
+MAX_CHECKPOINT_BYTES = 64 * 1024
+# W3C Trace Context, version 00: trace-id and parent-id not all zeros (checked in TraceparentField).
+TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 
@@ -156,6 +160,9 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "priority",
             "result",
             "errors",
+            "progress",
+            "checkpoint",
+            "traceparent",
             "created_at",
             "updated_at",
             "claimed_at",
@@ -192,6 +199,9 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "priority": todo.priority,
             "result": todo.result,
             "errors": todo.errors,
+            "progress": todo.progress,
+            "checkpoint": todo.checkpoint,
+            "traceparent": todo.traceparent,
             "created_at": _iso(todo.created_at),
             "updated_at": _iso(todo.updated_at),
             "claimed_at": _iso(todo.claimed_at),
@@ -350,6 +360,24 @@ class StrictInput(serializers.Serializer[Any]):
         return super().to_internal_value(data)
 
 
+class TraceparentField(serializers.CharField):
+    """A W3C traceparent header value (version 00)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            max_length=55,
+            help_text="W3C trace context (00-<trace-id>-<parent-id>-<flags>): the todo's spans join this trace.",
+            **kwargs,
+        )
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(super().to_internal_value(data))
+        match = TRACEPARENT_RE.match(value)
+        if not match or not int(match[1], 16) or not int(match[2], 16):
+            raise serializers.ValidationError("Expected a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>.")
+        return value
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -378,6 +406,7 @@ class TodoCreateInput(StrictInput):
         help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
     )
     priority = PriorityField(default=0)
+    traceparent = TraceparentField(required=False, allow_null=True, default=None)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -418,9 +447,44 @@ class ClaimOneInput(StrictInput):
     worker = _worker_field()
 
 
+class ProgressInput(StrictInput):
+    percent = serializers.FloatField(min_value=0, max_value=100, required=False)
+    message = serializers.CharField(max_length=MAX_PROGRESS_MESSAGE_CHARS, required=False, allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give percent (0-100), message, or both.")
+        return attrs
+
+
+class CheckpointField(serializers.JSONField):
+    """A JSON object of at most MAX_CHECKPOINT_BYTES: what a retry needs to resume, not the work's data."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("A checkpoint is a JSON object.")
+        try:
+            reason = _unstorable(value)
+            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        except (RecursionError, UnicodeEncodeError) as exc:
+            raise serializers.ValidationError("The checkpoint cannot be stored as JSON.") from exc
+        if reason:
+            raise serializers.ValidationError(reason)
+        if size > MAX_CHECKPOINT_BYTES:
+            raise serializers.ValidationError(
+                f"The checkpoint is {size} bytes of JSON; the limit is {MAX_CHECKPOINT_BYTES}."
+            )
+        return value
+
+
 class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
+    progress = ProgressInput(required=False, help_text="How far the work is: {percent 0-100, message}.")
+    checkpoint = CheckpointField(
+        required=False, help_text="A JSON object (at most 64 KB) handed to the next claimer if this attempt ends."
+    )
 
 
 class CompleteInput(StrictInput):

@@ -226,6 +226,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first; 0."},
     "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, an offset)."},
     "delay_seconds": {"type": "number", "minimum": 0, "description": "Not before now + this; not with run_at."},
+    "traceparent": {"type": "string", "description": "W3C trace context to join."},
 }
 
 TOOLS: dict[str, Tool] = {
@@ -270,8 +271,18 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease; call every third of it.",
-            _input({"id": _ID, "lease_id": _LEASE_ID, "lease_seconds": _LEASE_SECONDS}, ("id", "lease_id")),
+            "Extend your lease; call every third of it. progress and checkpoint (a JSON object handed to the "
+            "next claimer) are optional.",
+            _input(
+                {
+                    "id": _ID,
+                    "lease_id": _LEASE_ID,
+                    "lease_seconds": _LEASE_SECONDS,
+                    "progress": {"type": "object", "properties": {"percent": _NUM, "message": _STR}},
+                    "checkpoint": {"type": "object"},
+                },
+                ("id", "lease_id"),
+            ),
             _ONE_TODO,
             _with_receipt(queue.heartbeat, HeartbeatInput),
         ),
