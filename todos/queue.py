@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from todos import sql, states
+from todos import sql, states, tracing
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
@@ -148,17 +148,19 @@ def create(
         "priority": priority,
         "traceparent": traceparent,
     }
-    # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
-    for _ in range(5):
-        inserted = fetch_todos(sql.CREATE, params)
-        if inserted:
-            return inserted[0], True
-        existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
-        if existing:
-            return existing[0], False
+    with tracing.creating(traceparent, queue) as params["traceparent"]:
+        # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
+        for _ in range(5):
+            inserted = fetch_todos(sql.CREATE, params)
+            if inserted:
+                return inserted[0], True
+            existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
+            if existing:
+                return existing[0], False
     raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
 
 
+@tracing.traced("claim")
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
 def claim_next(
     *,
@@ -193,6 +195,7 @@ def claim_next(
     return todos
 
 
+@tracing.traced("claim")
 @counted("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
     """pending (or lapsed, retry-due, scheduled and due) -> claimed, for this one todo."""
@@ -225,6 +228,7 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
     raise _miss(todo_id, agent, action, lease_id)
 
 
+@tracing.traced("heartbeat")
 @counted("heartbeat")
 def heartbeat(
     todo_id: str,
@@ -249,6 +253,7 @@ def heartbeat(
     )
 
 
+@tracing.traced("complete")
 @counted("complete")
 def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
     """claimed -> done. Needs the current receipt."""
@@ -257,6 +262,7 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) 
     )
 
 
+@tracing.traced("complete")
 def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> list[Todo | TodoNotFound | TodoConflict]:
     """complete for a batch of (todo_id, lease_id, result) in one statement; one outcome per item, in order."""
     items = list(items)
@@ -287,6 +293,7 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
     return outcomes
 
 
+@tracing.traced("fail")
 @counted("fail", lambda todo: "dead_lettered" if states.DEAD_LETTER.holds(todo) else "retry_scheduled")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
@@ -303,6 +310,7 @@ def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in
     )
 
 
+@tracing.traced("release")
 @counted("release")
 def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
     """claimed -> pending, giving the attempt back. Needs the current receipt."""
@@ -462,12 +470,14 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None)
     )
 
 
+@tracing.traced("cancel")
 @counted_batch("cancel")
 def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
     """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
     return _cancel(ids, operator, reason, agent)
 
 
+@tracing.traced("cancel")
 @counted("cancel")
 def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
     """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its

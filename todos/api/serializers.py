@@ -16,6 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from todos import tracing
 from todos.errors import PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
@@ -39,8 +40,6 @@ MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
 MAX_PROGRESS_MESSAGE_CHARS = 500
 MAX_CHECKPOINT_BYTES = 64 * 1024
-# W3C Trace Context, version 00: trace-id and parent-id not all zeros (checked in TraceparentField).
-TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 
@@ -372,8 +371,7 @@ class TraceparentField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         value = str(super().to_internal_value(data))
-        match = TRACEPARENT_RE.match(value)
-        if not match or not int(match[1], 16) or not int(match[2], 16):
+        if tracing.parse(value) is None:
             raise serializers.ValidationError("Expected a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>.")
         return value
 

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from switchboard import ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, controls, queue, selectors, states, waiting
+from todos import auth, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -121,6 +121,10 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def post(self, request: Request) -> Response:
         data = _valid(TodoCreateInput, request.data)
+        # W3C Trace Context travels as a header: an instrumented client's current trace, unless the body
+        # names one (a malformed header is ignored, as the standard says).
+        if data["traceparent"] is None and tracing.parse(header := request.headers.get("traceparent")):
+            data["traceparent"] = header
         todo, created = queue.create(agent=caller_agent(request), **data)
         todo.created = created  # type: ignore[attr-defined]
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
