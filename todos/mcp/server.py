@@ -11,7 +11,7 @@ scope to the tool handler.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 
 from switchboard.api import error_body
 from todos import auth
-from todos.mcp import tools
+from todos.mcp import tasks, tools
 from todos.models import Agent, hash_token
 
 Scope = dict[str, Any]
@@ -55,11 +55,15 @@ async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReque
     agent = ctx.request.scope.get(AGENT_SCOPE_KEY) if ctx.request is not None else None
     if not isinstance(agent, Agent):  # cannot happen behind McpEndpoint; refuse rather than act as nobody
         return tools.error_result(error_body("unauthorized", "No agent."))
-    return await tools.call(params.name, agent, params.arguments)
+    result = await tools.call(params.name, agent, params.arguments)
+    if params.name == "create_for" and not result.is_error and tasks.declares_tasks(ctx):
+        # The extension's resultType: the SDK passes an extension's shape through as the handler gives it.
+        return cast(types.CallToolResult, tasks.created_task(result.structured_content or {}))
+    return result
 
 
 def build_server() -> Server[Any]:
-    return Server(
+    server: Server[Any] = Server(
         "switchboard",
         title="Switchboard",
         instructions=INSTRUCTIONS,
@@ -68,6 +72,8 @@ def build_server() -> Server[Any]:
         on_list_tools=_list_tools,
         on_call_tool=_call_tool,
     )
+    tasks.install(server)  # todos as MCP Tasks (todos/mcp/tasks.py)
+    return server
 
 
 def _base_url(scope: Scope) -> str:

@@ -330,7 +330,7 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def _result(body: JSONObject, *, is_error: bool = False) -> types.CallToolResult:
+def tool_result(body: JSONObject, *, is_error: bool = False) -> types.CallToolResult:
     # The same JSON as text too: clients of the 2025-03-26 revision and older read only content.
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return types.CallToolResult(
@@ -339,7 +339,7 @@ def _result(body: JSONObject, *, is_error: bool = False) -> types.CallToolResult
 
 
 def error_result(body: JSONObject) -> types.CallToolResult:
-    return _result(body, is_error=True)
+    return tool_result(body, is_error=True)
 
 
 def _invalid(fields: Any) -> JSONObject:
@@ -350,15 +350,15 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
     """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body."""
     tool = TOOLS.get(name)
     if tool is None:
-        return _result(error_body("not_found", f"No tool {name!r}."), is_error=True)
+        return tool_result(error_body("not_found", f"No tool {name!r}."), is_error=True)
     args = dict(arguments or {})
     if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
-        return _result(_invalid({key: ["Unknown argument."] for key in unknown}), is_error=True)
+        return tool_result(_invalid({key: ["Unknown argument."] for key in unknown}), is_error=True)
     try:
-        return _result(await tool.run(agent, args))
+        return tool_result(await tool.run(agent, args))
     except serializers.ValidationError as exc:
-        return _result(_invalid(exc.detail), is_error=True)
+        return tool_result(_invalid(exc.detail), is_error=True)
     except QueueError as exc:
-        return _result(error_body(exc.code, exc.detail, **exc.extra), is_error=True)
+        return tool_result(error_body(exc.code, exc.detail, **exc.extra), is_error=True)
     except (OperationalError, InterfaceError):
-        return _result(error_body("unavailable", "The database is unavailable; retry shortly."), is_error=True)
+        return tool_result(error_body("unavailable", "The database is unavailable; retry shortly."), is_error=True)

@@ -1,0 +1,135 @@
+"""Todos as MCP Tasks (issue 21): the io.modelcontextprotocol/tasks extension of the 2026-07-28 revision
+(SEP-2663), in raw JSON-RPC against a live uvicorn server on switchboard.asgi and the test database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import requests
+
+from todos import queue
+from todos.mcp.tasks import EXTENSION
+from todos.models import Todo, TodoState
+from todos.tests.mcp_live import mcp_base
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+VERSION = "2026-07-28"
+
+
+def modern(base: str, token: str, method: str, params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
+    """One 2026-07-28 request (per-request envelope in _meta), declaring the tasks extension if ``tasks``."""
+    capabilities: dict[str, Any] = {"extensions": {EXTENSION: {}}} if tasks else {}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+    }
+    name = params.get("name") or params.get("taskId")
+    if name:
+        headers["Mcp-Name"] = name  # tools/call's tool, tasks/*'s task id (the extension's routing header)
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    response = requests.post(base + "/mcp", json=body, headers=headers, timeout=30)
+    answer: dict[str, Any] = response.json()
+    # The SDK's transport answers a JSON-RPC error with HTTP 400, a result with 200.
+    assert response.status_code == (400 if "error" in answer else 200), response.text
+    return answer
+
+
+def create_task(base: str, token: str, **arguments: Any) -> dict[str, Any]:
+    answer = modern(base, token, "tools/call", {"name": "create_for", "arguments": {"queue": "jobs", **arguments}})
+    return dict(answer["result"])
+
+
+def get_task(base: str, token: str, task_id: str) -> dict[str, Any]:
+    return modern(base, token, "tasks/get", {"taskId": task_id})
+
+
+def test_the_server_declares_the_tasks_extension(mcp_base, agent):
+    answer = modern(mcp_base, agent.token, "server/discover", {})
+    assert EXTENSION in answer["result"]["capabilities"]["extensions"]
+
+
+def test_create_for_with_the_extension_answers_a_task_whose_id_is_the_todos(mcp_base, agent):
+    task = create_task(mcp_base, agent.token, title="review PR 7")
+    todo = Todo.objects.get()
+    assert task["resultType"] == "task" and task["taskId"] == todo.id and task["status"] == "working"
+    assert {"createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"} <= set(task)
+    assert "result" not in task and "content" not in task
+
+
+def test_without_the_extension_create_for_answers_the_plain_tool_result(mcp_base, agent):
+    answer = modern(
+        mcp_base, agent.token, "tools/call", {"name": "create_for", "arguments": {"queue": "jobs"}}, tasks=False
+    )
+    result = answer["result"]
+    assert result["resultType"] == "complete" and result["isError"] is False
+    assert result["structuredContent"]["todo"]["id"] == Todo.objects.get().id
+
+
+def test_get_while_working_shows_the_progress_message_then_completed_with_the_result(mcp_base, agent):
+    task = create_task(mcp_base, agent.token)
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["resultType"] == "complete" and got["status"] == "working" and "statusMessage" not in got
+
+    [claimed] = queue.claim_next(agent=agent)
+    queue.heartbeat(claimed.id, agent=agent, lease_id=claimed.lease_id, progress={"percent": 60, "message": "3/5"})
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["status"] == "working" and got["statusMessage"] == "3/5"
+
+    queue.complete(claimed.id, agent=agent, lease_id=claimed.lease_id, result={"verdict": "approve"})
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["status"] == "completed"
+    assert got["result"]["isError"] is False
+    assert got["result"]["structuredContent"]["todo"]["result"] == {"verdict": "approve"}
+
+
+def test_a_dead_letter_is_failed_with_the_error(mcp_base, agent):
+    task = create_task(mcp_base, agent.token)
+    Todo.objects.filter(pk=task["taskId"]).update(max_attempts=1)
+    [claimed] = queue.claim_next(agent=agent)
+    queue.fail(claimed.id, agent=agent, lease_id=claimed.lease_id, error="the build is red")
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["status"] == "failed" and got["error"]["message"] == "the build is red"
+    assert got["statusMessage"] == "the build is red"
+
+
+def test_tasks_cancel_cancels_the_todo(mcp_base, agent):
+    task = create_task(mcp_base, agent.token)
+    answer = modern(mcp_base, agent.token, "tasks/cancel", {"taskId": task["taskId"]})
+    assert answer["result"]["resultType"] == "complete"
+    assert Todo.objects.get(pk=task["taskId"]).state == TodoState.CANCELLED
+    assert get_task(mcp_base, agent.token, task["taskId"])["result"]["status"] == "cancelled"
+
+
+def test_another_agents_task_is_not_found_and_cannot_be_cancelled(mcp_base, agent, make_agent):
+    task = create_task(mcp_base, agent.token)
+    mallory = make_agent("mallory", claim=["other"])
+    for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+        params: dict[str, Any] = {"taskId": task["taskId"]}
+        if method == "tasks/update":
+            params["inputResponses"] = {}
+        answer = modern(mcp_base, mallory.token, method, params)
+        assert answer["error"]["code"] == -32602, answer
+    assert Todo.objects.get(pk=task["taskId"]).state == TodoState.PENDING
+
+
+def test_an_unknown_task_id_is_invalid_params(mcp_base, agent):
+    assert get_task(mcp_base, agent.token, "td_" + "0" * 32)["error"]["code"] == -32602
+    assert get_task(mcp_base, agent.token, "not-a-todo")["error"]["code"] == -32602
+
+
+def test_tasks_methods_without_the_extension_are_missing_capability(mcp_base, agent):
+    task = create_task(mcp_base, agent.token)
+    answer = modern(mcp_base, agent.token, "tasks/get", {"taskId": task["taskId"]}, tasks=False)
+    assert answer["error"]["code"] == -32021
+    assert answer["error"]["data"]["requiredCapabilities"]["extensions"] == {EXTENSION: {}}
