@@ -525,6 +525,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
             "paused_badge",
             column("pending", "pending"),
             column("claimed", "claimed"),
+            column("waiting", "waiting"),
             column("retry_waiting", "retry-waiting"),
             column("dead_letters", "dead-letters"),
             column("cancelled", "cancelled"),
@@ -556,7 +557,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
             return "—"
         s = found[0]
         return (
-            f"{s.pending} pending, {s.claimed} claimed, {s.retry_waiting} retry-waiting, "
+            f"{s.pending} pending, {s.claimed} claimed, {s.waiting} waiting, {s.retry_waiting} retry-waiting, "
             f"{s.dead_letters} dead-letters, {s.cancelled} cancelled"
         )
 

@@ -34,6 +34,8 @@ class QueueStats:
     max_claimed: int | None = None
     rate_per_second: float | None = None
     rate_burst: int | None = None
+    # Waiting for a dependency, an event, a token or a resolve (issue 20): still runnable, never claimed.
+    waiting: int = 0
 
     @property
     def failed(self) -> int:
@@ -41,7 +43,7 @@ class QueueStats:
 
     @property
     def unfinished(self) -> int:
-        return self.pending + self.claimed + self.failed + self.scheduled
+        return self.pending + self.claimed + self.failed + self.scheduled + self.waiting
 
 
 def queue_stats(agent: Agent | None = None) -> list[QueueStats]:

@@ -37,7 +37,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, progress, checkpoint, traceparent"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, progress, checkpoint,
+    traceparent"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -70,6 +71,68 @@ WITH changed AS ({changed}),
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
     FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# A resolved todo is runnable at once (scheduled instead if a dependency of a future run_at, never
+# claimed, is what it waited for: that is the only shape a scheduled todo may have). ``by`` and ``detail``
+# are SQL: who resolved it and the jsonb merged into its resolution.
+def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t") -> str:
+    return f"""
+    state = CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}'
+        ELSE '{S.TodoState.PENDING}' END,
+    waiting_for = NULL,
+    resolution = jsonb_build_object('by', {by}, 'at', now()) || {detail},
+    errors = {alias}.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by})),
+    updated_at = now()"""
+
+
+# What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
+FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
+
+
+def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
+    """Wrap a data-modifying statement (``changed``, RETURNING at least id and queue) whose rows may
+    finish todos that others wait for (``finished``: a condition on its rows, alias c). In the same
+    statement each open wait listing a finished row (index waitpoint_awaited_ids) counts it off; the
+    waits that reach zero close and their todos become pending (resolution by "todos"). Notifies the
+    queues of ``changed``'s rows that satisfy ``notify_when`` and of every todo it woke; returns
+    ``changed``'s rows. ``before``: CTEs that ``changed`` reads (a WITH cannot nest a data-modifying one).
+
+    Counting off, not re-counting, because a snapshot cannot see siblings finishing in concurrent
+    transactions; the waitpoint row's lock serialises them, and each re-reads the count it decrements.
+    queue.wait closes the one gap this leaves (a todo that finished while its waiter was being written)."""
+    return f"""
+WITH {before}changed AS ({changed}),
+awaited AS (
+    UPDATE todos_waitpoint w SET
+        unfinished = GREATEST(w.unfinished - f.n, 0),
+        resolved_at = CASE WHEN w.unfinished <= f.n THEN now() END
+    FROM (
+        SELECT o.todo_id, count(*) AS n FROM changed c
+        JOIN todos_waitpoint o ON o.awaited_ids @> ARRAY[c.id]::varchar(40)[] AND o.resolved_at IS NULL
+        WHERE {finished}
+        GROUP BY o.todo_id
+    ) f
+    WHERE w.todo_id = f.todo_id AND w.resolved_at IS NULL
+    RETURNING w.todo_id, w.resolved_at, w.awaited_ids
+),
+woken AS (
+    UPDATE todos_todo p SET {_resolved_set("'todos'", "jsonb_build_object('todos', to_jsonb(a.awaited_ids))", "p")}
+    FROM awaited a
+    WHERE p.id = a.todo_id AND a.resolved_at IS NOT NULL AND {S.WAITING.sql("p")}
+      AND p.id NOT IN (SELECT id FROM changed)
+    RETURNING p.queue, p.state
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM (
+        SELECT queue FROM changed WHERE {notify_when}
+        UNION ALL SELECT queue FROM woken WHERE {S.PENDING.sql("woken")}
+    ) q GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
@@ -298,7 +361,8 @@ RETURNING {_TODO_COLUMNS}
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
 # complete: -> done.
-COMPLETE = f"""
+COMPLETE = _finishing(
+    f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -309,10 +373,13 @@ UPDATE todos_todo SET
     next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    finished="true",
+)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
-COMPLETE_MANY = f"""
+COMPLETE_MANY = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = items.result,
@@ -325,13 +392,15 @@ FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS ite
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
-"""
+""",
+    finished="true",
+)
 
 # fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
 # dead-letter (SPEC decision 4).
-FAIL = _notifying(
+FAIL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'failed',
@@ -348,7 +417,8 @@ UPDATE todos_todo t SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    when=S.RETRY_DUE.sql(),
+    finished="c.state = 'failed' AND c.next_retry_at IS NULL",
+    notify_when=S.RETRY_DUE.sql(),
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
@@ -391,7 +461,7 @@ RETURNING {_TODO_COLUMNS}
 # requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
 # Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
-REQUEUE_LAPSED = _notifying(
+REQUEUE_LAPSED = _finishing(
     f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
@@ -409,7 +479,8 @@ FROM lapsed
 WHERE t.id = lapsed.id
 RETURNING t.id, t.queue, t.state
 """,
-    when=S.PENDING.sql(),
+    finished="c.state = 'failed'",
+    notify_when=S.PENDING.sql(),
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
@@ -486,7 +557,8 @@ RETURNING {_TODO_COLUMNS}
 # and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
 # done frees the idempotency key, so this can never collide with a newer runnable todo.
-DISCARD = f"""
+DISCARD = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
@@ -498,7 +570,9 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    finished="true",
+)
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
 # a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
@@ -525,7 +599,8 @@ RETURNING {_TODO_COLUMNS}
 # cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
 # idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
 # max_claimed (cancels are rare; the few needless wakes cost nothing).
-CANCEL = _notifying(f"""
+CANCEL = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'cancelled',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -538,7 +613,10 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-""")
+""",
+    finished="true",
+    notify_when="true",
+)
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
@@ -577,8 +655,8 @@ RETURNING {_TODO_COLUMNS}
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
 # claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
-# retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
-# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# retention keeps it short), waiting from todo_waiting (index-only). Done todos are history and are not
+# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
@@ -604,10 +682,14 @@ scheduled AS (
 cancelled AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.CANCELLED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+waiting AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.WAITING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
     pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0),
-    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst
+    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst, COALESCE(waiting.n, 0)
 FROM q
 JOIN todos_queue r ON r.name = q.name
 LEFT JOIN pending ON pending.queue = q.name
@@ -616,6 +698,7 @@ LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
 LEFT JOIN scheduled ON scheduled.queue = q.name
 LEFT JOIN cancelled ON cancelled.queue = q.name
+LEFT JOIN waiting ON waiting.queue = q.name
 ORDER BY q.name
 """
 
@@ -811,3 +894,170 @@ RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst
 QUEUE_CONTROLS = f"""
 SELECT {_QUEUE_COLUMNS} FROM todos_queue WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
 """
+
+
+# --- Waits (issue 20): the waiting state and its waitpoints (todos/waitpoints.py) ------------------
+# A todo waits with an open row in todos_waitpoint (resolved_at NULL). Every way out of waiting closes
+# that row and moves the todo in ONE statement: the row's lock decides the race, so of two resolvers (two
+# token resolves, a resolve and the timeout, two deliveries) exactly one closes it and moves the todo;
+# the other finds resolved_at set when it re-reads the locked row and changes nothing.
+
+# wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
+# lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
+# the receipt; lock: the row. %(unfinished)s: for a wait on todos, how many were unfinished as read just
+# before (queue.wait then re-counts under lock: see _finishing).
+WAIT = f"""
+WITH changed AS (
+    UPDATE todos_todo t SET
+        state = '{S.TodoState.WAITING}',
+        attempt = GREATEST(t.attempt - 1, 0),
+        lease_id = NULL,
+        lease_expires_at = NULL,
+        next_retry_at = NULL,
+        waiting_for = %(waiting_for)s,
+        resolution = NULL,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
+            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
+        updated_at = now()
+    WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
+    RETURNING {_RETURNING_T}
+),
+opened AS (
+    INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
+        event_type_like, event_match, event_key, awaited_ids, unfinished, resolved_at)
+    SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
+        %(source)s, %(type_like)s, %(match)s, %(key)s, %(awaited)s, %(unfinished)s, NULL
+    FROM changed
+    ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
+        timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
+        event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, awaited_ids = EXCLUDED.awaited_ids,
+        unfinished = EXCLUDED.unfinished, resolved_at = NULL
+)
+SELECT * FROM changed
+"""
+
+# The awaited todos a caller may see, and whether each has finished (a wait on todos, before WAIT).
+AWAITED = f"""
+SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
+WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
+# The same, locking them FOR SHARE: a todo finishing concurrently is waited for (and then seen finished),
+# and none can finish until this transaction ends (queue.wait's re-count).
+AWAITED_LOCKED = """
+SELECT t.id FROM todos_todo t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR SHARE
+"""
+
+
+def _resolving(hit: str, by: str, detail: str, guard: str = "true") -> str:
+    """Close waitpoints (``hit``: an UPDATE of todos_waitpoint RETURNING todo_id, resolved_at) and move
+    their todos, still waiting, to pending; notifies their queues; returns the todos."""
+    return f"""
+WITH hit AS ({hit}),
+changed AS (
+    UPDATE todos_todo t SET {_resolved_set(by, detail)}
+    FROM hit
+    WHERE t.id = hit.todo_id AND hit.resolved_at IS NOT NULL AND {S.WAITING.sql("t")} AND {guard}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {S.PENDING.sql()} GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# The re-count (queue.wait, after AWAITED_LOCKED in the same transaction, so in a fresh snapshot that sees
+# every awaited todo that finished before the lock, and none can finish meanwhile): sets the open wait's
+# count of unfinished todos; at zero it resolves.
+RECOUNT_AWAITED = _resolving(
+    f"""
+    UPDATE todos_waitpoint w SET unfinished = n.left, resolved_at = CASE WHEN n.left = 0 THEN now() END
+    FROM (SELECT count(*) AS left FROM todos_todo a
+          WHERE a.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("a")})) n
+    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.awaited_ids IS NOT NULL
+    RETURNING w.todo_id, w.resolved_at, w.awaited_ids""",
+    "'todos'",
+    "jsonb_build_object('todos', to_jsonb(hit.awaited_ids))",
+)
+
+# resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
+# the token is the credential. Resolves once; a second finds it closed.
+RESOLVE_TOKEN = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.token_hash = %(hash)s AND w.resolved_at IS NULL
+    RETURNING w.todo_id, w.resolved_at""",
+    "'token'",
+    "jsonb_build_object('data', %(data)s::jsonb)",
+)
+
+# A token's waitpoint, open or closed (telling a second resolve, 409, from an unknown token, 404).
+WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE token_hash = %(hash)s"
+
+# resolve (an agent whose scopes cover the queue, or an operator): any open wait of this todo. %(by)s
+# names who; %(detail)s the data (and an operator's verdict and note).
+RESOLVE_MANUAL = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
+    RETURNING w.todo_id, w.resolved_at""",
+    "%(by)s::text",
+    "%(detail)s::jsonb",
+)
+
+# resolve_events (in the ingest transaction that stores the event): the open waits indexed under one of
+# the delivery's keys (waitpoint_event_key, one probe per key), of its source, begun before it arrived,
+# whose type glob and whole match hold. The event's id and payload go into each resolution.
+RESOLVE_EVENTS = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.event_key = ANY(%(keys)s::text[]) AND w.resolved_at IS NULL AND w.event_source = %(source)s
+      AND %(type)s::text LIKE w.event_type_like AND %(payload)s::jsonb @> w.event_match
+      AND w.created_at <= %(received_at)s::timestamptz
+    RETURNING w.todo_id, w.resolved_at""",
+    "'event'",
+    """jsonb_build_object('event', jsonb_build_object('id', %(event_id)s::text, 'source', %(source)s::text,
+        'type', %(type)s::text, 'payload', %(payload)s::jsonb))""",
+)
+
+# time_out_waits (reaper): a batch of open waits past their timeout, oldest first, SKIP LOCKED (shared with
+# other reapers; a resolver holding one wins, and this one skips it). on_timeout pending: runnable again,
+# resolution timed_out. fail: a failure that counts toward the attempts (the wait gave its attempt back),
+# with FAIL's backoff below the cap and a dead-letter at it, which finishes the todo for its own waiters.
+TIME_OUT_WAITS = _finishing(
+    f"""
+    UPDATE todos_todo t SET
+        state = CASE WHEN closed.on_timeout = 'fail' THEN '{S.TodoState.FAILED}' ELSE '{S.TodoState.PENDING}' END,
+        attempt = CASE WHEN closed.on_timeout = 'fail' THEN t.attempt + 1 ELSE t.attempt END,
+        next_retry_at = CASE WHEN closed.on_timeout = 'fail' AND t.attempt + 1 < t.max_attempts
+            THEN now() + make_interval(secs => random() * LEAST(%(backoff_cap)s::double precision,
+                %(backoff_base)s::double precision * power(2, t.attempt)))
+            END,
+        waiting_for = NULL,
+        resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
+            'error', 'wait timed out', 'on_timeout', closed.on_timeout)),
+        updated_at = now()
+    FROM closed
+    WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
+    RETURNING t.id, t.queue, t.state, t.next_retry_at""",
+    finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
+    notify_when=S.PENDING.sql(),
+    before="""due AS MATERIALIZED (
+    SELECT todo_id FROM todos_waitpoint
+    WHERE resolved_at IS NULL AND timeout_at <= now()
+    ORDER BY timeout_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+closed AS (
+    UPDATE todos_waitpoint w SET resolved_at = now() FROM due WHERE w.todo_id = due.todo_id
+    RETURNING w.todo_id, w.on_timeout
+),
+""",
+)

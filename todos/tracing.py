@@ -186,9 +186,9 @@ def _emit_for(verb: str, start: int, todo: Any) -> None:
         span_id = attempt_span_id(todo.id, todo.attempt) if root is not None else None
         _emit(name, start, parent=root, attributes=attributes, span_id=span_id, links=links)
         return
-    # A release hands its attempt back (attempt - 1 in the row it returns); the others keep it.
-    attempt = todo.attempt + 1 if verb == "release" else todo.attempt
-    holder = verb in ("heartbeat", "complete", "fail", "release")
+    # A release or a wait hands its attempt back (attempt - 1 in the row it returns); the others keep it.
+    attempt = todo.attempt + 1 if verb in ("release", "wait") else todo.attempt
+    holder = verb in ("heartbeat", "complete", "fail", "release", "wait")
     parent = _attempt_context(todo, attempt) if holder and attempt > 0 else root
     _emit(name, start, parent=parent, attributes=attributes)
 

@@ -221,6 +221,7 @@ QUEUE_EXAMPLES = [
                     "retry_waiting": 1,
                     "dead_letters": 1,
                     "scheduled": 40,
+                    "waiting": 2,
                     "oldest_pending_age_seconds": 4.2,
                     "cancelled": 0,
                     "paused": False,

@@ -275,6 +275,7 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     retry_waiting = serializers.IntegerField()
     dead_letters = serializers.IntegerField()
     scheduled = serializers.IntegerField(help_text="waiting for their run_at")
+    waiting = serializers.IntegerField(help_text="waiting for dependencies, an event, a token or a resolve")
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
     cancelled = serializers.IntegerField(help_text="cancelled todos not yet removed by retention")
     paused = serializers.BooleanField()

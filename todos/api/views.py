@@ -456,6 +456,7 @@ class QueueListApi(APIView):
                         "retry_waiting": s.retry_waiting,
                         "dead_letters": s.dead_letters,
                         "scheduled": s.scheduled,
+                        "waiting": s.waiting,
                         "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
                         "cancelled": s.cancelled,
                         "paused": s.paused,

@@ -204,8 +204,7 @@ async def update_task(ctx: ServerRequestContext[Any], params: UpdateTaskParams) 
             action = answer.get("action", "accept")
             data = answer.get("content") if action == "accept" else {"action": action}
             try:
-                resolve = queue.resolve  # type: ignore[attr-defined]
-                resolve(todo.id, by=agent.name, data=data, agent=agent)
+                queue.resolve(todo.id, by=agent.name, data=data, agent=agent)
             except QueueError as exc:
                 if exc.code == "not_found":
                     raise _not_found() from None

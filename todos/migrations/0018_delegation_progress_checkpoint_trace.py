@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0014_cancel_and_queue_controls'),
+        ('todos', '0015_waiting_state'),
     ]
 
     operations = [

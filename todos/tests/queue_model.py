@@ -56,7 +56,8 @@ class ModelTodo:
     @property
     def runnable(self) -> bool:
         """Holds its idempotency key (SPEC decision 3)."""
-        return self.state in ("pending", "claimed", "scheduled") or (self.state == "failed" and self.retry is not None)
+        live = ("pending", "claimed", "scheduled", "waiting")
+        return self.state in live or (self.state == "failed" and self.retry is not None)
 
     @property
     def claim_order(self) -> tuple[int, int]:
@@ -196,10 +197,11 @@ class QueueModel:
         return OK, t
 
     def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
-        """pending, scheduled, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
+        """pending, scheduled, waiting, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is
+        revoked."""
         t = self.todos.get(todo_id)
         cancellable = t is not None and (
-            t.state in ("pending", "scheduled", "claimed") or (t.state == "failed" and t.retry is not None)
+            t.state in ("pending", "scheduled", "claimed", "waiting") or (t.state == "failed" and t.retry is not None)
         )
         if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
             return self._miss(t, agent)

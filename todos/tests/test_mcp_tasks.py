@@ -133,3 +133,42 @@ def test_tasks_methods_without_the_extension_are_missing_capability(mcp_base, ag
     answer = modern(mcp_base, agent.token, "tasks/get", {"taskId": task["taskId"]}, tasks=False)
     assert answer["error"]["code"] == -32021
     assert answer["error"]["data"]["requiredCapabilities"]["extensions"] == {EXTENSION: {}}
+
+
+def _wait(agent, wait_for: dict[str, Any]) -> Todo:
+    [claimed] = queue.claim_next(agent=agent)
+    waited, _ = queue.wait(claimed.id, agent=agent, lease_id=claimed.lease_id, wait_for=wait_for, timeout_seconds=3600)
+    return waited
+
+
+def test_waiting_on_a_token_is_input_required_and_update_resolves_it(mcp_base, agent):
+    task = create_task(mcp_base, agent.token)
+    _wait(agent, {"token": True})
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["status"] == "input_required"
+    [(key, request)] = got["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert get_task(mcp_base, agent.token, task["taskId"])["result"]["inputRequests"].keys() == {key}  # stable
+
+    stale = {"taskId": task["taskId"], "inputResponses": {"resolve-0": {"action": "accept", "content": {}}}}
+    assert modern(mcp_base, agent.token, "tasks/update", stale)["result"]["resultType"] == "complete"
+    assert Todo.objects.get(pk=task["taskId"]).state == TodoState.WAITING  # not outstanding: ignored
+
+    answer = {"action": "accept", "content": {"approved": True}}
+    ack = modern(mcp_base, agent.token, "tasks/update", {"taskId": task["taskId"], "inputResponses": {key: answer}})
+    assert ack["result"]["resultType"] == "complete"
+    todo = Todo.objects.get(pk=task["taskId"])
+    assert todo.state == TodoState.PENDING and todo.resolution["data"] == {"approved": True}
+    assert get_task(mcp_base, agent.token, task["taskId"])["result"]["status"] == "working"
+
+
+def test_waiting_on_other_todos_is_working(mcp_base, agent, make_todo):
+    task = create_task(mcp_base, agent.token)
+    child = make_todo("children")
+    claimed = queue.claim(task["taskId"], agent=agent)
+    waited, _ = queue.wait(
+        claimed.id, agent=agent, lease_id=claimed.lease_id, wait_for={"todos": [child.id]}, timeout_seconds=3600
+    )
+    assert waited.state == TodoState.WAITING
+    got = get_task(mcp_base, agent.token, task["taskId"])["result"]
+    assert got["status"] == "working" and "inputRequests" not in got
