@@ -414,6 +414,16 @@ class TodoCreateInput(StrictInput):
         return attrs
 
 
+class TodoAwaitInput(serializers.Serializer[Any]):
+    wait_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_WAIT_SECONDS,
+        default=0,
+        help_text="Await the result: answer when the todo is finished (done, a dead-letter, cancelled) or after "
+        "this many seconds (at most 20), with the todo as it then is.",
+    )
+
+
 class TodoPatchInput(StrictInput):
     priority = PriorityField()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from switchboard import ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, controls, queue, selectors, states, tracing, waiting
+from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -39,6 +39,7 @@ from todos.api.serializers import (
     RetryInput,
     ScheduleListSerializer,
     ScheduleSerializer,
+    TodoAwaitInput,
     TodoCreateInput,
     TodoListFilter,
     TodoPatchInput,
@@ -134,10 +135,18 @@ class TodoDetailApi(APIView):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
+        description="With `wait_seconds` (up to 20) it awaits the result: it answers when the todo is finished "
+        "(done, a dead-letter or cancelled) or when the time runs out, with the todo as it then is. The wait "
+        "holds no thread and no connection.",
+        parameters=[OpenApiParameter("wait_seconds", float, description="0-20: await the result this long")],
         **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
     )
     def get(self, request: Request, todo_id: str) -> Response:
-        todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
+        wait = _valid(TodoAwaitInput, request.query_params)["wait_seconds"]
+        todo_id, agent = _todo_id(todo_id), caller_agent(request)
+        if wait:
+            return _render(async_to_sync(awaiting.await_finished)(agent, todo_id, wait))
+        todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
         if todo is None:
             raise TodoNotFound(f"No todo {todo_id}.")
         return _render(todo)

@@ -26,7 +26,7 @@ from rest_framework import serializers
 
 from switchboard import ids
 from switchboard.api import error_body
-from todos import queue, waiting
+from todos import awaiting, queue, waiting
 from todos.api.serializers import (
     MAX_WAIT_SECONDS,
     ClaimNextInput,
@@ -36,6 +36,7 @@ from todos.api.serializers import (
     HeartbeatInput,
     QueueStatsSerializer,
     ReleaseInput,
+    TodoAwaitInput,
     TodoCreateInput,
     TodoListFilter,
     TodoSerializer,
@@ -138,14 +139,8 @@ async def list_todos(agent: Agent, args: Args) -> JSONObject:
 
 async def get_todo(agent: Agent, args: Args) -> JSONObject:
     todo_id = _todo_id(args)
-
-    def read() -> JSONObject:
-        todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
-        if todo is None:
-            raise TodoNotFound(f"No todo {todo_id}.")
-        return _one(todo)
-
-    return await in_thread(read)
+    wait = _valid(TodoAwaitInput, args)["wait_seconds"]
+    return _one(await awaiting.await_finished(agent, todo_id, wait))
 
 
 async def claim(agent: Agent, args: Args) -> JSONObject:
@@ -242,7 +237,14 @@ TOOLS: dict[str, Tool] = {
             list_todos,
             read_only=True,
         ),
-        Tool("get_todo", "One todo by id.", _input({"id": _ID}, ("id",)), _ONE_TODO, get_todo, read_only=True),
+        Tool(
+            "get_todo",
+            "One todo by id. wait_seconds: answer once it is done, dead-lettered or cancelled, or then.",
+            _input({"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}}, ("id",)),
+            _ONE_TODO,
+            get_todo,
+            read_only=True,
+        ),
         Tool(
             "claim",
             "Lease the next todo from your queues (or the one with id). todo is null if none came within "

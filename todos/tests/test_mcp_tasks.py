@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -172,3 +175,30 @@ def test_waiting_on_other_todos_is_working(mcp_base, agent, make_todo):
     assert waited.state == TodoState.WAITING
     got = get_task(mcp_base, agent.token, task["taskId"])["result"]
     assert got["status"] == "working" and "inputRequests" not in got
+
+
+def test_get_todo_with_wait_seconds_answers_when_the_todo_is_done(mcp_base, agent, make_todo):
+    todo = make_todo("jobs")
+    out: dict[str, Any] = {}
+
+    def call() -> None:
+        started = time.monotonic()
+        args = {"id": todo.id, "wait_seconds": 15}
+        out["answer"] = modern(mcp_base, agent.token, "tools/call", {"name": "get_todo", "arguments": args})
+        out["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.5)
+    claimed = queue.claim(todo.id, agent=agent)
+    queue.complete(todo.id, agent=agent, lease_id=claimed.lease_id, result={"ok": 1})
+    thread.join(15)
+    result = out["answer"]["result"]
+    assert result["structuredContent"]["todo"]["state"] == "done" and out["seconds"] < 5
+
+
+def test_get_todo_with_wait_seconds_over_20_is_invalid_naming_it(mcp_base, agent, make_todo):
+    todo = make_todo("jobs")
+    args = {"id": todo.id, "wait_seconds": 21}
+    result = modern(mcp_base, agent.token, "tools/call", {"name": "get_todo", "arguments": args})["result"]
+    assert result["isError"] is True and "wait_seconds" in json.loads(result["content"][0]["text"])["error"]["fields"]
