@@ -21,8 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
-
+from switchboard import executor
 from todos import states
 from todos.errors import TodoNotFound
 from todos.models import Agent, Todo
@@ -44,8 +43,7 @@ def _finished_ids(ids: list[str]) -> set[str]:
 
 
 async def _run(function: Callable[..., T], *args: Any) -> T:
-    result: T = await sync_to_async(function, thread_sensitive=True)(*args)
-    return result
+    return await executor.run(function, *args)
 
 
 class _LoopAwaits:

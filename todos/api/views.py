@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
@@ -17,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from switchboard import ids
+from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
 from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
@@ -131,7 +132,38 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
 
 
-class TodoDetailApi(APIView):
+class _WaitsOnTheLoop(APIView):
+    """A view some of whose requests wait (``runs_async``): under ASGI those go to its ``waiting_view``, on
+    the event loop (switchboard/asgi.py), outside DRF's sync dispatch, where they wait holding no thread
+    and no connection. This is how such a view learns who is calling."""
+
+    @classmethod
+    def _for(cls, request: HttpRequest, *args: Any, **kwargs: Any) -> _WaitsOnTheLoop:
+        view = cls()
+        view.setup(request, *args, **kwargs)
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
+        return view
+
+    async def _caller(self, request: HttpRequest) -> Agent:
+        """A bearer token whose agent is cached costs no query; other callers (a staff session, with its
+        CSRF check) go through DRF's own authentication, in the pool."""
+        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
+        if token is not None:
+            cached = auth.token_cache.cached(hash_token(token))
+            agent = cached if cached is not None else await executor.run(auth.agent_for_token, token)
+        else:
+            agent = await executor.run(self._session_caller, request)
+        request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+        return agent
+
+    def _session_caller(self, request: HttpRequest) -> Agent:
+        drf_request = self.initialize_request(request)
+        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
+        return caller_agent(drf_request)
+
+
+class TodoDetailApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
@@ -145,11 +177,30 @@ class TodoDetailApi(APIView):
         wait = _valid(TodoAwaitInput, request.query_params)["wait_seconds"]
         todo_id, agent = _todo_id(todo_id), caller_agent(request)
         if wait:
+            # Outside an ASGI server an await waits in this request's own thread; under one,
+            # switchboard/asgi.py sends it to waiting_view instead.
             return _render(async_to_sync(awaiting.await_finished)(agent, todo_id, wait))
         todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
         if todo is None:
             raise TodoNotFound(f"No todo {todo_id}.")
         return _render(todo)
+
+    @staticmethod
+    def runs_async(request: HttpRequest) -> bool:
+        """Under ASGI, only an await (GET with wait_seconds) takes waiting_view, on the event loop."""
+        return request.method == "GET" and request.GET.get("wait_seconds", "") not in ("", "0")
+
+    @staticmethod
+    @csrf_exempt  # a GET; a staff session's checks are DRF's own, in _session_caller
+    async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """The await, on the event loop (todos/awaiting.py)."""
+        try:
+            agent = await TodoDetailApi._for(request, *args, **kwargs)._caller(request)
+            wait = _valid(TodoAwaitInput, request.GET)["wait_seconds"]
+            todo = await awaiting.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
+            return JsonResponse(TodoSerializer(todo).data)
+        except Exception as exc:  # rendered as every API error is; unknown errors propagate
+            return await _error(exc)
 
     @extend_schema(
         operation_id="todos_partial_update",
@@ -178,7 +229,7 @@ class TodoRunNowApi(APIView):
         return _render(queue.run_now(todo_id, operator=agent.name, agent=agent))
 
 
-class TodoClaimNextApi(APIView):
+class TodoClaimNextApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_claim_next",
         summary="Claim the next todos",
@@ -189,56 +240,48 @@ class TodoClaimNextApi(APIView):
         request=ClaimNextInput,
         **docs.documented(ClaimedSerializer, (400, 401, 403, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
-    async def post(self, request: HttpRequest) -> HttpResponse:
-        return await self._claim(request)
+    def post(self, request: Request) -> Response:
+        data = _valid(ClaimNextInput, request.data)
+        agent = caller_agent(request)
+        wait = data.pop("wait_seconds")
+        if wait:
+            # Outside an ASGI server (WSGI, the test client, runserver) a long-poll waits in this
+            # request's own thread; under one, switchboard/asgi.py sends it to waiting_view instead.
+            todos = async_to_sync(waiting.claim_next_waiting)(agent=agent, wait_seconds=wait, **data)
+        else:
+            todos = waiting.claim_now(agent=agent, **data)
+        return Response({"todos": TodoSerializer(todos, many=True).data})
 
     @staticmethod
     def runs_async(request: HttpRequest) -> bool:
-        """Under ASGI, only a claim that may wait takes the async path (switchboard/asgi.py): the
-        others run in the process's sync thread like any other request, which is cheaper."""
+        """Under ASGI, only a claim that may wait takes waiting_view, on the event loop
+        (switchboard/asgi.py): the others take the sync path, one hop to the pool, which is cheaper."""
         try:
             body = json.loads(request.body or b"{}")
         except (ValueError, RequestDataTooBig):  # the sync path answers these as usual
             return False
         return request.method == "POST" and isinstance(body, dict) and bool(body.get("wait_seconds"))
 
-    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:  # type: ignore[override]
-        """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
-        (todos/waiting.py) holding no thread and no connection. A bearer token whose agent is cached
-        costs no query; other callers (a staff session, with its CSRF check) go through DRF's own
-        authentication, in the process's sync thread."""
-        if request.method != "POST":  # the browsable API's 405 page, OPTIONS: DRF's own dispatch
-            response: HttpResponseBase = await sync_to_async(super().dispatch)(request, *args, **kwargs)
-            return response
-        return await self._claim(request)
-
-    async def _claim(self, request: HttpRequest) -> HttpResponse:
+    @staticmethod
+    @csrf_exempt  # a staff session's CSRF check is DRF's own, in _session_caller
+    async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/waiting.py)
+        holding no thread and no connection. A bearer token whose agent is cached costs no query; other
+        callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
         try:
-            agent = await self._caller(request)
-            request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+            agent = await TodoClaimNextApi._for(request, *args, **kwargs)._caller(request)
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
             todos = await waiting.claim_next_waiting(agent=agent, **data)
             return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
             return await _error(exc)
 
-    async def _caller(self, request: HttpRequest) -> Agent:
-        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
-        if token is not None:
-            return auth.token_cache.cached(hash_token(token)) or await sync_to_async(auth.agent_for_token)(token)
-        return await sync_to_async(self._session_caller)(request)
-
-    def _session_caller(self, request: HttpRequest) -> Agent:
-        drf_request = self.initialize_request(request)
-        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
-        return caller_agent(drf_request)
-
 
 async def _error(exc: Exception) -> HttpResponse:
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         # DRF's dispatch adds this header to a 401; this view answers outside that dispatch.
         exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[union-attr,arg-type]
-    response = await sync_to_async(exception_handler)(exc, {})
+    response = await executor.run(exception_handler, exc, {})
     if response is None:
         raise exc
     body = JsonResponse(response.data, status=response.status_code)

@@ -16,15 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError
 from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from rest_framework import serializers
 
-from switchboard import ids
+from switchboard import executor, ids
 from switchboard.api import error_body
 from todos import awaiting, queue, waiting
 from todos.api.serializers import (
@@ -109,17 +108,10 @@ def _one(todo: Todo) -> JSONObject:
 
 
 async def in_thread(function: Callable[[], T]) -> T:
-    """Run ORM work on Django's sync thread. Nothing here goes through Django's request handler, so its
-    connection is aged and health-checked the way the request_started/finished signals would do it."""
-
-    def run() -> T:
-        close_old_connections()
-        try:
-            return function()
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(run)()
+    """Run ORM work in the web process's pool of threads (switchboard/executor.py). Nothing here goes
+    through Django's request handler, so the pool ages and health-checks the thread's connection the way
+    the request_started/finished signals would."""
+    return await executor.run(function)
 
 
 async def list_todos(agent: Agent, args: Args) -> JSONObject:

@@ -13,6 +13,9 @@ from django.db import connection
 
 from todos import queue
 from todos.models import Todo
+from todos.tests.gunicorn_live import start_server
+
+__all__ = ["start_server"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,3 +114,47 @@ def test_a_bad_wait_seconds_is_a_400_naming_it(api, make_todo, bad):
     assert response.status_code == 400
     assert "wait_seconds" in response.json()["error"]["fields"]
     assert Todo.objects.get(pk=todo.id).updated_at == todo.updated_at
+
+
+@pytest.mark.slow
+def test_on_the_real_server_50_awaits_hold_no_thread_and_all_wake_on_their_results(start_server, agent, make_todo):
+    """More awaits than the process has threads (WEB_THREADS=2): other requests still answer at once, and
+    each await answers when its todo is done."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from bench.aio_http import Connection
+
+    server = start_server(workers=1, env={"WEB_THREADS": "2"})
+    todos = [make_todo("jobs") for _ in range(50)]
+
+    def finish_all() -> None:
+        try:
+            for todo in todos:
+                claimed = queue.claim(todo.id, agent=agent)
+                queue.complete(todo.id, agent=agent, lease_id=claimed.lease_id, result={"n": todo.id})
+        finally:
+            connections.close_all()
+
+    async def scenario() -> list[tuple[int, Any]]:
+        awaiting = [await Connection(server.base, agent.token).open() for _ in todos]
+        for connection_, todo in zip(awaiting, todos, strict=True):
+            await connection_.send("GET", f"/api/v1/todos/{todo.id}/?wait_seconds=20")
+        await asyncio.sleep(1)
+        other = await Connection(server.base, agent.token).open()
+        started = time.monotonic()
+        status, _ = await other.request("GET", "/api/v1/queues/")
+        assert status == 200 and time.monotonic() - started < 2
+        assert all(not c.reader._buffer for c in awaiting)  # type: ignore[attr-defined]  # none answered yet
+        await sync_to_async(finish_all, thread_sensitive=False)()
+        answers = await asyncio.wait_for(asyncio.gather(*(c.answer() for c in awaiting)), 10)
+        for c in [*awaiting, other]:
+            c.close()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [(status, body["state"], body["result"]) for status, body in answers] == [
+        (200, "done", {"n": todo.id}) for todo in todos
+    ]

@@ -18,7 +18,7 @@ from todos.models import Agent, Todo, TodoState
 from todos.tests.test_api_longpoll import Http
 from todos.tests.test_concurrency import run_together, seed
 from todos.tests.test_reap_leases import BASE_DIR, _reaper_env
-from todos.waiting import listener
+from todos.waiting import listener, waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -214,7 +214,7 @@ def test_resume_wakes_a_long_poll_waiting_on_the_paused_queue(live_server, agent
     thread = threading.Thread(target=wait)
     thread.start()
     try:
-        _wait_until(lambda: len(listener._waiters) >= 1, 5, "the request to wait")
+        _wait_until(lambda: len(waiters._waiters) >= 1, 5, "the request to wait")
         time.sleep(1.0)
         assert thread.is_alive(), "a paused queue handed out its todo"
         resumed = time.monotonic()
@@ -250,7 +250,7 @@ def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
     for thread in threads:
         thread.start()
     try:
-        _wait_until(lambda: len(listener._waiters) >= 2, 5, "both claims to wait")
+        _wait_until(lambda: len(waiters._waiters) >= 2, 5, "both claims to wait")
         time.sleep(0.5)
         assert not answered, "a paused queue handed out a todo"
         resumed = time.monotonic()
