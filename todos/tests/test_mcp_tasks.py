@@ -202,3 +202,22 @@ def test_get_todo_with_wait_seconds_over_20_is_invalid_naming_it(mcp_base, agent
     args = {"id": todo.id, "wait_seconds": 21}
     result = modern(mcp_base, agent.token, "tools/call", {"name": "get_todo", "arguments": args})["result"]
     assert result["isError"] is True and "wait_seconds" in json.loads(result["content"][0]["text"])["error"]["fields"]
+
+
+def _tool(base: str, token: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = modern(base, token, "tools/call", {"name": name, "arguments": arguments}, tasks=False)["result"]
+    return {"error": result["isError"], **json.loads(result["content"][0]["text"])}
+
+
+def test_the_heartbeat_tool_records_progress_and_a_checkpoint_under_the_receipt(mcp_base, agent, make_todo):
+    todo = make_todo("jobs")
+    claimed = queue.claim(todo.id, agent=agent)
+    beat = {"id": todo.id, "lease_id": claimed.lease_id, "progress": {"percent": 25}, "checkpoint": {"page": 2}}
+    answer = _tool(mcp_base, agent.token, "heartbeat", beat)
+    assert not answer["error"] and answer["todo"]["progress"] == {"percent": 25.0}
+    stale = _tool(mcp_base, agent.token, "heartbeat", {**beat, "lease_id": "ls_" + "0" * 32, "checkpoint": {"x": 1}})
+    assert stale["error"] and stale["error"]["code"] == "conflict"
+    bad = _tool(mcp_base, agent.token, "heartbeat", {**beat, "progress": {"percent": 150}})
+    assert bad["error"] and "progress" in bad["error"]["fields"]
+    got = _tool(mcp_base, agent.token, "get_todo", {"id": todo.id})["todo"]
+    assert got["checkpoint"] == {"page": 2} and got["progress"] == {"percent": 25.0}
