@@ -117,6 +117,12 @@ class Todo(models.Model):
     # kept until the next wait so that the next claim reads it.
     waiting_for = models.JSONField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
+    # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
+    # one) and its count on the waiter's (awaited_left: how many of them have not finished). The statement
+    # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
+    # for the waiter's lock) and counts itself off each waiter's row: no lookup, no gap (todos/sql.py).
+    awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    awaited_left = models.IntegerField(null=True, blank=True)
     # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
     # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
     progress = models.JSONField(null=True, blank=True)
@@ -253,10 +259,7 @@ class Waitpoint(models.Model):
     event_type_like = models.CharField(max_length=300, null=True, blank=True)
     event_match = models.JSONField(null=True, blank=True)
     event_key = models.CharField(max_length=32, null=True, blank=True)
-    # for {"todos": [ids]}: the awaited ids, and how many of them have not finished yet. Each todo that
-    # finishes decrements the waits that list it (GIN lookup) in its own transaction; at 0 it resolves.
-    awaited_ids = ArrayField(models.CharField(max_length=40), null=True, blank=True)
-    unfinished = models.PositiveIntegerField(null=True, blank=True)
+    # for {"todos": [ids]}: nothing here but the timeout (the edges and the count are on the todos' rows).
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -270,8 +273,6 @@ class Waitpoint(models.Model):
                 condition=Q(event_key__isnull=False, resolved_at__isnull=True),
                 name="waitpoint_event_key",
             ),
-            # a finishing todo's waiters.
-            GinIndex(fields=["awaited_ids"], condition=Q(resolved_at__isnull=True), name="waitpoint_awaited_ids"),
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from todos import sql, states, tracing, waitpoints
+from todos import selectors, sql, states, tracing, waitpoints
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, TodoState, glob_to_like, hash_token, new_todo_id, validate_queue_name
@@ -195,6 +195,7 @@ def claim_next(
     )
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
+    selectors.show_awaited(todos)
     return todos
 
 
@@ -215,6 +216,7 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
     )
     if rows:
         count_lapsed_claims(rows)
+        selectors.show_awaited(rows)
         return rows[0]
     raise _miss(todo_id, agent, "claim")
 
@@ -341,7 +343,7 @@ def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "",
 
 def requeue_lapsed(*, batch: int) -> LapseResult:
     """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
-    swept = [state for _, _, state in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
+    swept = [state for _, _, state, _ in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
     dead = swept.count(states.TodoState.FAILED)
     if swept:
         LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(swept) - dead)
@@ -548,44 +550,34 @@ def wait(
     resolves at once."""
     spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
     timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
-    unfinished = None
     if spec.kind == "todos":
-        finished = dict(fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)}))
-        missing = [i for i in spec.todo_ids if i not in finished]
+        visible = {todo_id for todo_id, _ in fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)})}
+        missing = [i for i in spec.todo_ids if i not in visible]
         if missing:
             raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
-        unfinished = sum(1 for done in finished.values() if not done)
     token = waitpoints.new_token() if spec.kind == "token" else None
-    todo = _with_receipt(
-        sql.WAIT,
-        "wait",
-        todo_id,
-        agent,
-        lease_id,
-        waiting_for=Jsonb(spec.shown),
-        timeout=timeout,
-        on_timeout=on_timeout,
-        hash=hash_token(token) if token else None,
-        source=spec.source,
-        type_like=spec.type_like,
-        match=Jsonb(spec.match) if spec.match is not None else None,
-        key=spec.key,
-        awaited=spec.todo_ids or None,
-        unfinished=unfinished,
-    )
-    if spec.kind == "todos":
-        todo = _recount_awaited(todo, spec.todo_ids)
-    return todo, token
-
-
-def _recount_awaited(todo: Todo, ids: list[str]) -> Todo:
-    """An awaited todo that finished while the wait was being written (its statement began before the wait
-    committed) did not see the waitpoint and counted nothing off. So, once the wait is committed, lock the
-    awaited todos (waiting for any that are finishing) and count again (todos/sql.py, _finishing)."""
+    params = {
+        "waiting_for": Jsonb(spec.shown),
+        "timeout": timeout,
+        "on_timeout": on_timeout,
+        "hash": hash_token(token) if token else None,
+        "source": spec.source,
+        "type_like": spec.type_like,
+        "match": Jsonb(spec.match) if spec.match is not None else None,
+        "key": spec.key,
+    }
+    if spec.kind != "todos":
+        return _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
     with transaction.atomic():
-        fetchall(sql.AWAITED_LOCKED, {"ids": ids})
-        resolved = fetch_todos(sql.RECOUNT_AWAITED, {"id": todo.id, "ids": ids})
-    return resolved[0] if resolved else todo
+        todo = _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
+        return _attach_awaited(todo.id, spec.todo_ids) or todo, None
+
+
+def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
+    """Within the transaction that made ``waiter_id`` waiting: make it wait for ``ids`` (their unfinished
+    ones; none: it is resolved at once, and returned)."""
+    rows = fetch_todos(sql.ATTACH_AWAITED, {"id": waiter_id, "ids": ids})
+    return rows[0] if rows else None
 
 
 @tracing.traced("resolve")

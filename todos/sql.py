@@ -37,8 +37,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, progress, checkpoint,
-    traceparent"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
+    progress, checkpoint, traceparent"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -79,52 +79,66 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 # A resolved todo is runnable at once (scheduled instead if a dependency of a future run_at, never
 # claimed, is what it waited for: that is the only shape a scheduled todo may have). ``by`` and ``detail``
 # are SQL: who resolved it and the jsonb merged into its resolution.
-def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t") -> str:
+def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t", when: str | None = None) -> str:
+    """The SET list that resolves a waiting todo; with ``when``, only rows for which it holds (others keep
+    their values: for a statement that also updates rows it does not resolve)."""
+
+    def only(value: str, column: str) -> str:
+        return value if when is None else f"CASE WHEN {when} THEN {value} ELSE {alias}.{column} END"
+
+    state = (
+        f"CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}' "
+        f"ELSE '{S.TodoState.PENDING}' END"
+    )
+    entry = f"""{alias}.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by}))"""
     return f"""
-    state = CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}'
-        ELSE '{S.TodoState.PENDING}' END,
-    waiting_for = NULL,
-    resolution = jsonb_build_object('by', {by}, 'at', now()) || {detail},
-    errors = {alias}.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by})),
-    updated_at = now()"""
+    state = {only(state, "state")},
+    waiting_for = {only("NULL", "waiting_for")},
+    resolution = {only(f"jsonb_build_object('by', {by}, 'at', now()) || {detail}", "resolution")},
+    errors = {only(entry, "errors")},
+    updated_at = {only("now()", "updated_at")}"""
 
 
 # What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
 FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
 
+# For the hook below, on a waiter p (its latest version) and f.ids, the todos of this statement that
+# finished and name p in their awaited_by: how many of them its current wait is for (an edge left by an
+# earlier wait, which timed out or was resolved otherwise, counts for nothing).
+_COUNTED = "(SELECT count(*) FROM unnest(f.ids) x(id) WHERE p.waiting_for->'todos' ? x.id)"
+_COUNTS = f"({S.WAITING.sql('p')} AND {_COUNTED} > 0)"
+_RESOLVES = f"({_COUNTS} AND p.awaited_left <= {_COUNTED})"
+
 
 def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
-    """Wrap a data-modifying statement (``changed``, RETURNING at least id and queue) whose rows may
-    finish todos that others wait for (``finished``: a condition on its rows, alias c). In the same
-    statement each open wait listing a finished row (index waitpoint_awaited_ids) counts it off; the
-    waits that reach zero close and their todos become pending (resolution by "todos"). Notifies the
-    queues of ``changed``'s rows that satisfy ``notify_when`` and of every todo it woke; returns
-    ``changed``'s rows. ``before``: CTEs that ``changed`` reads (a WITH cannot nest a data-modifying one).
+    """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue and awaited_by) whose
+    rows may finish todos that others wait for (``finished``: a condition on its rows, alias c). In the
+    same statement each waiter named in a finished row's awaited_by counts it off its awaited_left; one
+    that reaches zero becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
+    that satisfy ``notify_when`` and of every todo it woke; returns ``changed``'s rows. ``before``: CTEs
+    that ``changed`` reads (a WITH cannot nest a data-modifying one).
 
-    Counting off, not re-counting, because a snapshot cannot see siblings finishing in concurrent
-    transactions; the waitpoint row's lock serialises them, and each re-reads the count it decrements.
-    queue.wait closes the one gap this leaves (a todo that finished while its waiter was being written)."""
+    Why this cannot miss a wake: awaited_by comes from the row this statement updated, in its latest
+    version (a statement that waited for a lock re-reads the row), and queue.wait writes the edge by
+    updating that row. So either the wait's write came first and the finishing statement sees the edge,
+    or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
+    waiter's row is found by id, and its latest version is what the CASEs read (its state, its count):
+    siblings finishing concurrently take its lock in turn and each counts off from the last. Most todos
+    have no awaited_by: the hook then costs nothing but an empty unnest."""
     return f"""
 WITH {before}changed AS ({changed}),
-awaited AS (
-    UPDATE todos_waitpoint w SET
-        unfinished = GREATEST(w.unfinished - f.n, 0),
-        resolved_at = CASE WHEN w.unfinished <= f.n THEN now() END
-    FROM (
-        SELECT o.todo_id, count(*) AS n FROM changed c
-        JOIN todos_waitpoint o ON o.awaited_ids @> ARRAY[c.id]::varchar(40)[] AND o.resolved_at IS NULL
-        WHERE {finished}
-        GROUP BY o.todo_id
-    ) f
-    WHERE w.todo_id = f.todo_id AND w.resolved_at IS NULL
-    RETURNING w.todo_id, w.resolved_at, w.awaited_ids
-),
 woken AS (
-    UPDATE todos_todo p SET {_resolved_set("'todos'", "jsonb_build_object('todos', to_jsonb(a.awaited_ids))", "p")}
-    FROM awaited a
-    WHERE p.id = a.todo_id AND a.resolved_at IS NOT NULL AND {S.WAITING.sql("p")}
-      AND p.id NOT IN (SELECT id FROM changed)
+    UPDATE todos_todo p SET
+        awaited_left = CASE WHEN {_COUNTS} THEN GREATEST(p.awaited_left - {_COUNTED}, 0) ELSE p.awaited_left END,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', p.waiting_for->'todos')", "p", when=_RESOLVES)}
+    FROM (
+        SELECT w.waiter, array_agg(c.id) AS ids
+        FROM changed c CROSS JOIN LATERAL unnest(c.awaited_by) AS w(waiter)
+        WHERE {finished}
+        GROUP BY w.waiter
+    ) f
+    WHERE p.id = f.waiter AND p.id NOT IN (SELECT id FROM changed)
     RETURNING p.queue, p.state
 ),
 notified AS MATERIALIZED (
@@ -477,7 +491,7 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state
+RETURNING t.id, t.queue, t.state, t.awaited_by
 """,
     finished="c.state = 'failed'",
     notify_when=S.PENDING.sql(),
@@ -904,8 +918,7 @@ SELECT {_QUEUE_COLUMNS} FROM todos_queue WHERE name = %(name)s AND name LIKE ANY
 
 # wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
 # lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
-# the receipt; lock: the row. %(unfinished)s: for a wait on todos, how many were unfinished as read just
-# before (queue.wait then re-counts under lock: see _finishing).
+# the receipt; lock: the row. A wait on todos then runs ATTACH_AWAITED in the same transaction.
 WAIT = f"""
 WITH changed AS (
     UPDATE todos_todo t SET
@@ -925,15 +938,14 @@ WITH changed AS (
 ),
 opened AS (
     INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
-        event_type_like, event_match, event_key, awaited_ids, unfinished, resolved_at)
+        event_type_like, event_match, event_key, resolved_at)
     SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
-        %(source)s, %(type_like)s, %(match)s, %(key)s, %(awaited)s, %(unfinished)s, NULL
+        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL
     FROM changed
     ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
         timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
         event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
-        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, awaited_ids = EXCLUDED.awaited_ids,
-        unfinished = EXCLUDED.unfinished, resolved_at = NULL
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL
 )
 SELECT * FROM changed
 """
@@ -942,12 +954,6 @@ SELECT * FROM changed
 AWAITED = f"""
 SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
 WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
-"""
-
-# The same, locking them FOR SHARE: a todo finishing concurrently is waited for (and then seen finished),
-# and none can finish until this transaction ends (queue.wait's re-count).
-AWAITED_LOCKED = """
-SELECT t.id FROM todos_todo t WHERE t.id = ANY(%(ids)s::text[]) ORDER BY t.id FOR SHARE
 """
 
 
@@ -970,19 +976,30 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
 
-# The re-count (queue.wait, after AWAITED_LOCKED in the same transaction, so in a fresh snapshot that sees
-# every awaited todo that finished before the lock, and none can finish meanwhile): sets the open wait's
-# count of unfinished todos; at zero it resolves.
-RECOUNT_AWAITED = _resolving(
-    f"""
-    UPDATE todos_waitpoint w SET unfinished = n.left, resolved_at = CASE WHEN n.left = 0 THEN now() END
-    FROM (SELECT count(*) AS left FROM todos_todo a
-          WHERE a.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("a")})) n
-    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.awaited_ids IS NOT NULL
-    RETURNING w.todo_id, w.resolved_at, w.awaited_ids""",
-    "'todos'",
-    "jsonb_build_object('todos', to_jsonb(hit.awaited_ids))",
+# attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
+# waiter in its awaited_by (once), and the waiter's awaited_left is how many those are; none: resolved at
+# once. Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
+# a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
+ATTACH_AWAITED = f"""
+WITH kids AS (
+    UPDATE todos_todo k SET awaited_by = CASE WHEN %(id)s::text = ANY(k.awaited_by) THEN k.awaited_by
+        ELSE array_append(COALESCE(k.awaited_by, '{{}}'), %(id)s::varchar(40)) END
+    WHERE k.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("k")})
+    RETURNING k.id
+),
+changed AS (
+    UPDATE todos_todo t SET
+        awaited_left = n.left,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = 0")}
+    FROM (SELECT count(*) AS left FROM kids) n
+    WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM changed WHERE {S.PENDING.sql()}
 )
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
 
 # resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
 # the token is the credential. Resolves once; a second finds it closed.
@@ -1045,7 +1062,7 @@ TIME_OUT_WAITS = _finishing(
         updated_at = now()
     FROM closed
     WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
-    RETURNING t.id, t.queue, t.state, t.next_retry_at""",
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by""",
     finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
     notify_when=S.PENDING.sql(),
     before="""due AS MATERIALIZED (

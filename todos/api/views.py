@@ -37,6 +37,8 @@ from todos.api.serializers import (
     QueueLimitsInput,
     QueueListSerializer,
     ReleaseInput,
+    ResolvedSerializer,
+    ResolveInput,
     RetryInput,
     ScheduleListSerializer,
     ScheduleSerializer,
@@ -45,6 +47,8 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    WaitingTodoSerializer,
+    WaitInput,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
@@ -109,6 +113,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
+        selectors.show_awaited(page or [])
         return self.get_paginated_response(TodoSerializer(page, many=True).data)
 
     @extend_schema(
@@ -179,10 +184,13 @@ class TodoDetailApi(_WaitsOnTheLoop):
         if wait:
             # Outside an ASGI server an await waits in this request's own thread; under one,
             # switchboard/asgi.py sends it to waiting_view instead.
-            return _render(async_to_sync(awaiting.await_finished)(agent, todo_id, wait))
-        todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
-        if todo is None:
-            raise TodoNotFound(f"No todo {todo_id}.")
+            todo = async_to_sync(awaiting.await_finished)(agent, todo_id, wait)
+        else:
+            found = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
+            if found is None:
+                raise TodoNotFound(f"No todo {todo_id}.")
+            todo = found
+        selectors.show_awaited([todo])
         return _render(todo)
 
     @staticmethod
@@ -198,6 +206,7 @@ class TodoDetailApi(_WaitsOnTheLoop):
             agent = await TodoDetailApi._for(request, *args, **kwargs)._caller(request)
             wait = _valid(TodoAwaitInput, request.GET)["wait_seconds"]
             todo = await awaiting.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
+            await executor.run(selectors.show_awaited, [todo])
             return JsonResponse(TodoSerializer(todo).data)
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
             return await _error(exc)
@@ -378,6 +387,76 @@ class TodoReleaseApi(APIView):
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
         return _render(queue.release(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoWaitApi(APIView):
+    @extend_schema(
+        operation_id="todos_wait",
+        summary="Wait for something, giving the lease back",
+        description="The holder gives the lease back (as release: the attempt is returned) and the todo is "
+        "`waiting`, never claimed, until what `for` names resolves it: the listed todos all finish (done, "
+        "cancelled or dead-lettered), a verified event of the source whose type and payload match, or the "
+        "token's resolve (the answer's `waitpoint`, shown this once). An agent whose scopes cover the queue, "
+        "or an operator, may resolve any wait. Then it is pending at once, and its next claim shows "
+        "`resolution`. After `timeout_seconds`: pending with `resolution.timed_out`, or for `on_timeout` "
+        '"fail" a failure that counts toward the attempts. 404 names an awaited todo the caller cannot see.',
+        request=WaitInput,
+        **docs.documented(WaitingTodoSerializer, (400, 401, 404, 409, 413), docs.WAIT_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(WaitInput, request.data)
+        todo, token = queue.wait(
+            _todo_id(todo_id),
+            agent=caller_agent(request),
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body: dict[str, Any] = dict(TodoSerializer(todo).data)
+        if token is not None:
+            url = request.build_absolute_uri(f"/api/v1/waitpoints/{token}/resolve/")
+            body["waitpoint"] = {"token": token, "resolve_url": url}
+        return Response(body)
+
+
+class TodoResolveApi(APIView):
+    @extend_schema(
+        operation_id="todos_resolve",
+        summary="Resolve a waiting todo",
+        description="For agents whose claim or create scopes cover the queue (and staff): whatever it waits "
+        'for, it becomes pending at once with `resolution: {by: "agent", at, data}`. 409 with the state if '
+        "it is not waiting.",
+        request=ResolveInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        data = _valid(ResolveInput, request.data)
+        return _render(queue.resolve(_todo_id(todo_id), by=agent.name, agent=agent, data=data["data"]))
+
+
+class WaitpointResolveApi(APIView):
+    # The token in the path is the credential (it has 192 random bits and resolves once); nothing else is
+    # asked, so a CI system or a person's browser form can call it.
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="waitpoints_resolve",
+        summary="Resolve a token wait",
+        description="No other credential: the token is one. The waiting todo becomes pending with "
+        '`resolution: {by: "token", at, data}`. Once only: a second resolve is 409, an unknown token 404.',
+        request=ResolveInput,
+        auth=[],
+        **docs.documented(ResolvedSerializer, (400, 404, 409, 413), docs.WAITPOINT_RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, token: str) -> Response:
+        data = _valid(ResolveInput, request.data)
+        if not 1 <= len(token) <= 100:
+            raise TodoNotFound("No waitpoint has this token.")
+        queue.resolve_token(token, data=data["data"])
+        return Response({"resolved": True})
 
 
 class TodoRetryApi(APIView):

@@ -6,7 +6,7 @@ tool and its REST endpoint take the same values and answer the same JSON. Failur
 errors whose text is the REST error body (``{"error": {"code", "detail", ...}}``).
 
 Schemas are written by hand and kept small: clients put the whole tool list into every context window
-(the list stays under 6 KB, measured in test_mcp_tools).
+(the list stays under 7 KB, measured in test_mcp_tools).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rest_framework import serializers
 
 from switchboard import executor, ids
 from switchboard.api import error_body
-from todos import awaiting, queue, waiting
+from todos import awaiting, queue, selectors, waiting
 from todos.api.serializers import (
     MAX_WAIT_SECONDS,
     ClaimNextInput,
@@ -39,6 +39,7 @@ from todos.api.serializers import (
     TodoCreateInput,
     TodoListFilter,
     TodoSerializer,
+    WaitInput,
 )
 from todos.errors import QueueError, TodoNotFound
 from todos.models import Agent, Todo
@@ -132,7 +133,13 @@ async def list_todos(agent: Agent, args: Args) -> JSONObject:
 async def get_todo(agent: Agent, args: Args) -> JSONObject:
     todo_id = _todo_id(args)
     wait = _valid(TodoAwaitInput, args)["wait_seconds"]
-    return _one(await awaiting.await_finished(agent, todo_id, wait))
+    todo = await awaiting.await_finished(agent, todo_id, wait)
+
+    def shown() -> JSONObject:
+        selectors.show_awaited([todo])
+        return _one(todo)
+
+    return await in_thread(shown)
 
 
 async def claim(agent: Agent, args: Args) -> JSONObject:
@@ -156,6 +163,28 @@ def _with_receipt(
         return await in_thread(lambda: _one(transition(todo_id, agent=agent, **data)))
 
     return call
+
+
+async def wait(agent: Agent, args: Args) -> JSONObject:
+    todo_id = _todo_id(args)
+    data = _valid(WaitInput, args)
+
+    def run() -> JSONObject:
+        todo, token = queue.wait(
+            todo_id,
+            agent=agent,
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body = _one(todo)
+        if token is not None:
+            # A path on this server (MCP has no request URL to build from); REST answers the full URL.
+            body["waitpoint"] = {"token": token, "resolve_url": f"/api/v1/waitpoints/{token}/resolve/"}
+        return body
+
+    return await in_thread(run)
 
 
 async def create_for(agent: Agent, args: Args) -> JSONObject:
@@ -294,6 +323,23 @@ TOOLS: dict[str, Tool] = {
             _input({"id": _ID, "lease_id": _LEASE_ID}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.release, ReleaseInput),
+        ),
+        Tool(
+            "wait",
+            "Give your lease back and wait until for resolves: {todos:[ids]} all finish, {event:{source,type,"
+            "match}} arrives, or {token:true} is resolved. Your next claim shows resolution.",
+            _input(
+                {
+                    "id": _ID,
+                    "lease_id": _LEASE_ID,
+                    "for": {"type": "object"},
+                    "timeout_seconds": {"type": "number", "maximum": 2592000},
+                    "on_timeout": {"enum": ["pending", "fail"]},
+                },
+                ("id", "lease_id", "for", "timeout_seconds"),
+            ),
+            {"type": "object", "properties": {"todo": TODO_SCHEMA, "waitpoint": {"type": "object"}}},
+            wait,
         ),
         Tool(
             "create_for",
