@@ -145,3 +145,15 @@ def test_a_create_with_no_traceparent_starts_a_trace_when_tracing_is_on(agent, s
     todo, _ = queue.create(queue="jobs", agent=agent)
     [create] = _by_name(spans)["create"]
     assert tracing.parse(todo.traceparent).span_id == create.context.span_id
+
+
+def test_wait_and_resolve_emit_spans_in_the_todos_trace(api, agent, spans):
+    made = api.post("/todos/", {"queue": "jobs", "traceparent": SENT}).json()
+    claimed = queue.claim(made["id"], agent=agent)
+    queue.wait(claimed.id, agent=agent, lease_id=claimed.lease_id, wait_for={"token": True}, timeout_seconds=60)
+    queue.resolve(claimed.id, by=agent.name, data={"ok": True}, agent=agent)
+    named = _by_name(spans)
+    [claim], [wait], [resolve] = named["claim"], named["wait"], named["resolve"]
+    assert wait.parent.span_id == claim.context.span_id
+    assert resolve.parent.span_id == tracing.parse(SENT).span_id
+    assert {s.context.trace_id for s in (claim, wait, resolve)} == {tracing.parse(SENT).trace_id}
