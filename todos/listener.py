@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from switchboard import dberrors
 from todos import sql
 
 logger = logging.getLogger(__name__)
@@ -161,8 +162,8 @@ class Listener:
                     await self._listen(conn)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any failure of the connection: reconnect after a pause
-                logger.warning("listener connection lost (%s); reconnecting", exc.__class__.__name__)
+            except Exception as exc:  # any failure of the connection: say why, reconnect after a pause
+                dberrors.log_failure(logger, "listener connection", exc)
             finally:
                 self.connected.clear()
             await asyncio.sleep(backoff)

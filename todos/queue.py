@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
@@ -88,6 +89,21 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
         reason = "queue_paused" if paused else "queue_limit"
         why = "its queue is paused" if paused else "its queue is at its concurrency or rate limit"
         return TodoConflict(f"Cannot claim {todo_id} now: {why}.", state=state, dead_letter=dead, reason=reason)
+    if (
+        action == "heartbeat"
+        and lease_id == current_lease
+        and (agent is None or owner_agent == agent.name)
+        and state in (TodoState.PENDING, TodoState.CLAIMED)
+    ):
+        # The receipt is current, so the lease lapsed and taking it back was refused (sql.HEARTBEAT).
+        reason = "queue_paused" if paused else "queue_limit"
+        why = "its queue is paused" if paused else "its queue is at its max_claimed"
+        return TodoConflict(
+            f"Cannot heartbeat {todo_id}: its lease lapsed and {why}, so it cannot be taken back.",
+            state=state,
+            dead_letter=dead,
+            reason=reason,
+        )
     if lease_id is not None and (current_lease != lease_id or (agent is not None and owner_agent != agent.name)):
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "
@@ -122,10 +138,12 @@ def create(
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
     """
+    if not isinstance(queue, str):
+        raise InvalidTransitionInput("queue must be a string.", field="queue")
     try:
         validate_queue_name(queue)
-    except Exception as exc:  # ValidationError: report it in the queue's own error type
-        raise InvalidTransitionInput(str(exc.messages[0]), field="queue") from exc  # type: ignore[attr-defined]
+    except ValidationError as exc:  # reported in the queue's own error type
+        raise InvalidTransitionInput(exc.messages[0], field="queue") from exc
     if agent is not None and not agent.may_create_in(queue):
         raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
     _check_priority(priority)
@@ -163,8 +181,8 @@ def create(
     raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
 
 
-@tracing.traced("claim")
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
+@tracing.traced("claim")
 def claim_next(
     *,
     agent: Agent,
@@ -199,8 +217,8 @@ def claim_next(
     return todos
 
 
-@tracing.traced("claim")
 @counted("claim")
+@tracing.traced("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
     """pending (or lapsed, retry-due, scheduled and due) -> claimed, for this one todo."""
     rows = fetch_todos(
@@ -233,8 +251,8 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
     raise _miss(todo_id, agent, action, lease_id)
 
 
-@tracing.traced("heartbeat")
 @counted("heartbeat")
+@tracing.traced("heartbeat")
 def heartbeat(
     todo_id: str,
     *,
@@ -258,8 +276,8 @@ def heartbeat(
     )
 
 
-@tracing.traced("complete")
 @counted("complete")
+@tracing.traced("complete")
 def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
     """claimed -> done. Needs the current receipt."""
     return _with_receipt(
@@ -298,8 +316,8 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
     return outcomes
 
 
-@tracing.traced("fail")
 @counted("fail", lambda todo: "dead_lettered" if states.DEAD_LETTER.holds(todo) else "retry_scheduled")
+@tracing.traced("fail")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
     return _with_receipt(
@@ -315,8 +333,8 @@ def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in
     )
 
 
-@tracing.traced("release")
 @counted("release")
+@tracing.traced("release")
 def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
     """claimed -> pending, giving the attempt back. Needs the current receipt."""
     return _with_receipt(sql.RELEASE, "release", todo_id, agent, lease_id)
@@ -482,15 +500,15 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None)
     )
 
 
-@tracing.traced("cancel")
 @counted_batch("cancel")
+@tracing.traced("cancel")
 def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
     """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
     return _cancel(ids, operator, reason, agent)
 
 
-@tracing.traced("cancel")
 @counted("cancel")
+@tracing.traced("cancel")
 def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
     """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
     worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
@@ -501,30 +519,40 @@ def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None
     raise _miss(todo_id, agent, "cancel")
 
 
+def _run_now(ids: Sequence[str], operator: str, agent: Agent | None) -> list[Todo]:
+    return fetch_todos(sql.RUN_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
+@counted_batch("run_now")
 def run_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
     """scheduled -> pending now (run_at = now()), for each id that is scheduled."""
-    return fetch_todos(sql.RUN_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+    return _run_now(ids, operator, agent)
 
 
 @counted("run_now")
 def run_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
     """scheduled -> pending now, without waiting for run_at; recorded in errors."""
-    rows = run_now_many([todo_id], operator=operator, agent=agent)
+    rows = _run_now([todo_id], operator, agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "run now")
 
 
-def set_priority_many(ids: Sequence[str], *, priority: int, agent: Agent | None = None) -> list[Todo]:
-    """The priority of each id that is pending or scheduled."""
+def _set_priority(ids: Sequence[str], priority: int, agent: Agent | None) -> list[Todo]:
     _check_priority(priority)
     return fetch_todos(sql.SET_PRIORITY, {"ids": list(ids), "priority": priority, "visible": _visible(agent)})
+
+
+@counted_batch("set_priority")
+def set_priority_many(ids: Sequence[str], *, priority: int, agent: Agent | None = None) -> list[Todo]:
+    """The priority of each id that is pending or scheduled."""
+    return _set_priority(ids, priority, agent)
 
 
 @counted("set_priority")
 def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> Todo:
     """A pending or scheduled todo's priority (409 once it has been claimed or finished)."""
-    rows = set_priority_many([todo_id], priority=priority, agent=agent)
+    rows = _set_priority([todo_id], priority, agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "change the priority of")
@@ -533,8 +561,8 @@ def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> 
 # --- Waits (issue 20): todos/waitpoints.py parses what a wait is for; todos/sql.py has the statements. ---
 
 
-@tracing.traced("wait")
 @counted("wait")
+@tracing.traced("wait")
 def wait(
     todo_id: str,
     *,
@@ -580,8 +608,8 @@ def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
     return rows[0] if rows else None
 
 
-@tracing.traced("resolve")
 @counted("resolve")
+@tracing.traced("resolve")
 def resolve_token(token: str, *, data: JSON = None) -> Todo:
     """waiting -> pending, by the token of a ``{"token": true}`` wait; the token is the only credential.
     Resolves once: a second resolve is a conflict, an unknown token not found."""
@@ -596,8 +624,8 @@ def resolve_token(token: str, *, data: JSON = None) -> Todo:
     raise TodoConflict("This waitpoint was resolved already (or its todo no longer waits).", state=state)
 
 
-@tracing.traced("resolve")
 @counted("resolve")
+@tracing.traced("resolve")
 def resolve(
     todo_id: str,
     *,

@@ -249,6 +249,7 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
             "too_large",
             "internal",
             "unavailable",
+            "timeout",
         ]
     )
     detail = serializers.CharField()

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 from mcp import types
@@ -28,6 +28,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.responses import JSONResponse
 
 import switchboard
+from switchboard import dberrors
 from switchboard.api import error_body
 from todos import auth
 from todos.mcp import tasks, tools
@@ -207,9 +208,10 @@ class McpEndpoint:
             return
         try:
             agent = await agent_for_token(token)
-        except (OperationalError, InterfaceError):
-            body = error_body("unavailable", "The database is unavailable; retry shortly.")
-            await JSONResponse(body, status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
+        except DatabaseError as exc:
+            if (answer := dberrors.error_answer(exc)) is None:
+                raise
+            await JSONResponse(error_body(*answer), status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
             return
         if agent is None:
             await _unauthorized(scope, receive, send, base=base, invalid=True)

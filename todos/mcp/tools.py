@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from rest_framework import serializers
 
-from switchboard import executor, ids
+from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
 from todos import awaiting, queue, selectors, waiting
 from todos.api.serializers import (
@@ -399,5 +399,7 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
         return error_result(_invalid(exc.detail))
     except QueueError as exc:
         return error_result(error_body(exc.code, exc.detail, **exc.extra))
-    except (OperationalError, InterfaceError):
-        return error_result(error_body("unavailable", "The database is unavailable; retry shortly."))
+    except DatabaseError as exc:
+        if (answer := dberrors.error_answer(exc)) is None:
+            raise
+        return error_result(error_body(*answer))
