@@ -8,7 +8,9 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('todos', '0015_waiting_state'),
+        # After issue 20's waiting state (merged beside this branch) and main's 0019; the coordinator relinks.
+        ("todos", "0015_waiting_state"),
+        ("todos", "0019_search_and_retry_indexes"),
     ]
 
     operations = [
