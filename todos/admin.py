@@ -138,6 +138,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ("Event", {"fields": ("event_link", "sibling_todos")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Wait", {"fields": ("waiting_for_json", "waits_until", "resolution_json")}),
+        ("Progress", {"fields": ("progress_json", "checkpoint_json", "traceparent")}),
         ("Result", {"fields": ("result_json",)}),
         ("History", {"fields": ("timeline", "errors_json")}),
     )
@@ -242,6 +243,14 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     @admin.display(description="payload")
     def payload_json(self, obj: Todo) -> SafeString:
         return show.pretty_json(obj.payload)
+
+    @admin.display(description="progress")
+    def progress_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.progress)
+
+    @admin.display(description="checkpoint")
+    def checkpoint_json(self, obj: Todo) -> SafeString:
+        return show.pretty_json(obj.checkpoint)
 
     @admin.display(description="result")
     def result_json(self, obj: Todo) -> SafeString:

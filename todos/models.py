@@ -143,6 +143,12 @@ class Todo(models.Model):
     # finishes twice (a dead-letter retried) is taken off once (todos/sql.py, _finishing).
     awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
     awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
+    # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    # The W3C trace context the todo's work belongs to (sent on create, or started by its delivery).
+    traceparent = models.CharField(max_length=55, null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 

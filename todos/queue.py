@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from todos import selectors, sql, states, waitpoints
+from todos import selectors, sql, states, tracing, waitpoints
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
 from todos.models import Agent, Todo, TodoState, glob_to_like, hash_token, new_todo_id, validate_queue_name
@@ -130,6 +130,7 @@ def create(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     priority: int = 0,
+    traceparent: str | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
     Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
@@ -166,19 +167,22 @@ def create(
         "run_at": run_at,
         "delay": delay_seconds,
         "priority": priority,
+        "traceparent": traceparent,
     }
-    # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
-    for _ in range(5):
-        inserted = fetch_todos(sql.CREATE, params)
-        if inserted:
-            return inserted[0], True
-        existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
-        if existing:
-            return existing[0], False
+    with tracing.creating(traceparent, queue) as params["traceparent"]:
+        # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
+        for _ in range(5):
+            inserted = fetch_todos(sql.CREATE, params)
+            if inserted:
+                return inserted[0], True
+            existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
+            if existing:
+                return existing[0], False
     raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
 
 
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
+@tracing.traced("claim")
 def claim_next(
     *,
     agent: Agent,
@@ -214,6 +218,7 @@ def claim_next(
 
 
 @counted("claim")
+@tracing.traced("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
     """pending (or lapsed, retry-due, scheduled and due) -> claimed, for this one todo."""
     rows = fetch_todos(
@@ -247,14 +252,32 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
 
 
 @counted("heartbeat")
-def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float | None = None) -> Todo:
-    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt."""
+@tracing.traced("heartbeat")
+def heartbeat(
+    todo_id: str,
+    *,
+    agent: Agent,
+    lease_id: str,
+    lease_seconds: float | None = None,
+    progress: JSON = None,
+    checkpoint: JSON = None,
+) -> Todo:
+    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt. ``progress`` and
+    ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next)."""
     return _with_receipt(
-        sql.HEARTBEAT, "heartbeat", todo_id, agent, lease_id, lease_seconds=_lease_seconds(lease_seconds)
+        sql.HEARTBEAT,
+        "heartbeat",
+        todo_id,
+        agent,
+        lease_id,
+        lease_seconds=_lease_seconds(lease_seconds),
+        progress=Jsonb(progress) if progress is not None else None,
+        checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
     )
 
 
 @counted("complete")
+@tracing.traced("complete")
 def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
     """claimed -> done. Needs the current receipt."""
     return _with_receipt(
@@ -262,6 +285,7 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) 
     )
 
 
+@tracing.traced("complete")
 def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> list[Todo | TodoNotFound | TodoConflict]:
     """complete for a batch of (todo_id, lease_id, result) in one statement; one outcome per item, in order."""
     items = list(items)
@@ -293,6 +317,7 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
 
 
 @counted("fail", lambda todo: "dead_lettered" if states.DEAD_LETTER.holds(todo) else "retry_scheduled")
+@tracing.traced("fail")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
     return _with_receipt(
@@ -309,6 +334,7 @@ def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in
 
 
 @counted("release")
+@tracing.traced("release")
 def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
     """claimed -> pending, giving the attempt back. Needs the current receipt."""
     return _with_receipt(sql.RELEASE, "release", todo_id, agent, lease_id)
@@ -475,12 +501,14 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None)
 
 
 @counted_batch("cancel")
+@tracing.traced("cancel")
 def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
     """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
     return _cancel(ids, operator, reason, agent)
 
 
 @counted("cancel")
+@tracing.traced("cancel")
 def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
     """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
     worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
@@ -534,6 +562,7 @@ def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> 
 
 
 @counted("wait")
+@tracing.traced("wait")
 def wait(
     todo_id: str,
     *,
@@ -580,6 +609,7 @@ def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
 
 
 @counted("resolve")
+@tracing.traced("resolve")
 def resolve_token(token: str, *, data: JSON = None) -> Todo:
     """waiting -> pending, by the token of a ``{"token": true}`` wait; the token is the only credential.
     Resolves once: a second resolve is a conflict, an unknown token not found."""
@@ -595,6 +625,7 @@ def resolve_token(token: str, *, data: JSON = None) -> Todo:
 
 
 @counted("resolve")
+@tracing.traced("resolve")
 def resolve(
     todo_id: str,
     *,
@@ -620,6 +651,7 @@ def resolve(
     raise _miss(todo_id, agent, "resolve")
 
 
+@tracing.traced("resolve")
 def resolve_events(*, event_id: str, source: str, event_type: str, payload: JSON, received_at: datetime) -> list[Todo]:
     """waiting -> pending for every open wait this stored event matches (called in the transaction that
     stores it, so a redelivery, which stores nothing, resolves nothing). Index lookups, one per scalar

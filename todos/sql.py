@@ -37,7 +37,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
+    progress, checkpoint, traceparent"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -159,9 +160,10 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 CREATE = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, traceparent)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
-    %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s)
+    %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s,
+    %(traceparent)s)
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
@@ -369,6 +371,8 @@ SELECT * FROM claimed
 # queue.heartbeat answers 409 with the reason. A live lease's heartbeat reads no queue row.
 _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
     WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
+# Progress and checkpoint (NULL: not sent, keep the last) are written only under the receipt, so a
+# stale worker can never overwrite the current attempt's.
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
     SELECT q.name, q.paused, q.max_claimed FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
@@ -381,6 +385,8 @@ UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
+    progress = COALESCE(%(progress)s::jsonb, progress),
+    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
     OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))

@@ -206,6 +206,9 @@ CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE | SCHEDULED_DUE).named("claimable
 # dead-lettered todos free it. Also the unique constraint's predicate, which sql.CREATE's ON CONFLICT
 # must repeat for PostgreSQL to use that partial index as the arbiter.
 RUNNABLE = ((PENDING | CLAIMED | SCHEDULED | WAITING) | RETRY_WAITING).named("runnable")
+# What an awaited result waits for (GET /api/v1/todos/<id>/?wait_seconds=N, MCP get_todo): the todo will not
+# change on its own any more. Done, a dead-letter, or cancelled.
+FINISHED = (DONE | DEAD_LETTER | CANCELLED).named("finished")
 # Operators may change the priority of, or run now, only what has not started.
 PRIORITY_CHANGEABLE = (PENDING | SCHEDULED).named("priority changeable")
 # What cancel may take: work not yet finished and not dead (a dead-letter is the operator's: retry or
@@ -246,6 +249,7 @@ ALL: tuple[Condition, ...] = (
     RUNNABLE,
     CANCELLABLE,
     PRIORITY_CHANGEABLE,
+    FINISHED,
 )
 
 # What the admin shows for a todo: each todo is exactly one of these.

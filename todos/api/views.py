@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, controls, queue, selectors, states, waiting
+from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -42,6 +42,7 @@ from todos.api.serializers import (
     RetryInput,
     ScheduleListSerializer,
     ScheduleSerializer,
+    TodoAwaitInput,
     TodoCreateInput,
     TodoListFilter,
     TodoPatchInput,
@@ -127,23 +128,88 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def post(self, request: Request) -> Response:
         data = _valid(TodoCreateInput, request.data)
+        # W3C Trace Context travels as a header: an instrumented client's current trace, unless the body
+        # names one (a malformed header is ignored, as the standard says).
+        if data["traceparent"] is None and tracing.parse(header := request.headers.get("traceparent")):
+            data["traceparent"] = header
         todo, created = queue.create(agent=caller_agent(request), **data)
         todo.created = created  # type: ignore[attr-defined]
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
 
 
-class TodoDetailApi(APIView):
+class _WaitsOnTheLoop(APIView):
+    """A view some of whose requests wait (``runs_async``): under ASGI those go to its ``waiting_view``, on
+    the event loop (switchboard/asgi.py), outside DRF's sync dispatch, where they wait holding no thread
+    and no connection. This is how such a view learns who is calling."""
+
+    @classmethod
+    def _for(cls, request: HttpRequest, *args: Any, **kwargs: Any) -> _WaitsOnTheLoop:
+        view = cls()
+        view.setup(request, *args, **kwargs)
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
+        return view
+
+    async def _caller(self, request: HttpRequest) -> Agent:
+        """A bearer token whose agent is cached costs no query; other callers (a staff session, with its
+        CSRF check) go through DRF's own authentication, in the pool."""
+        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
+        if token is not None:
+            cached = auth.token_cache.cached(hash_token(token))
+            agent = cached if cached is not None else await executor.run(auth.agent_for_token, token)
+        else:
+            agent = await executor.run(self._session_caller, request)
+        request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+        return agent
+
+    def _session_caller(self, request: HttpRequest) -> Agent:
+        drf_request = self.initialize_request(request)
+        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
+        return caller_agent(drf_request)
+
+
+class TodoDetailApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
+        description="With `wait_seconds` (up to 20) it awaits the result: it answers when the todo is finished "
+        "(done, a dead-letter or cancelled) or when the time runs out, with the todo as it then is. The wait "
+        "holds no thread and no connection.",
+        parameters=[OpenApiParameter("wait_seconds", float, description="0-20: await the result this long")],
         **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
     )
     def get(self, request: Request, todo_id: str) -> Response:
-        todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
-        if todo is None:
-            raise TodoNotFound(f"No todo {todo_id}.")
+        wait = _valid(TodoAwaitInput, request.query_params)["wait_seconds"]
+        todo_id, agent = _todo_id(todo_id), caller_agent(request)
+        if wait:
+            # Outside an ASGI server an await waits in this request's own thread; under one,
+            # switchboard/asgi.py sends it to waiting_view instead.
+            todo = async_to_sync(awaiting.await_finished)(agent, todo_id, wait)
+        else:
+            found = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
+            if found is None:
+                raise TodoNotFound(f"No todo {todo_id}.")
+            todo = found
         selectors.show_awaited([todo])
         return _render(todo)
+
+    @staticmethod
+    def runs_async(request: HttpRequest) -> bool:
+        """Under ASGI, only an await (GET with wait_seconds) takes waiting_view, on the event loop."""
+        return request.method == "GET" and request.GET.get("wait_seconds", "") not in ("", "0")
+
+    @staticmethod
+    @csrf_exempt  # a GET; a staff session's checks are DRF's own, in _session_caller
+    async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """The await, on the event loop (todos/awaiting.py)."""
+        try:
+            agent = await TodoDetailApi._for(request, *args, **kwargs)._caller(request)
+            wait = _valid(TodoAwaitInput, request.GET)["wait_seconds"]
+            todo = await awaiting.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
+            await executor.run(selectors.show_awaited, [todo])
+            return JsonResponse(TodoSerializer(todo).data)
+        except Exception as exc:  # rendered as every API error is; unknown errors propagate
+            return await _error(exc)
 
     @extend_schema(
         operation_id="todos_partial_update",
@@ -172,7 +238,7 @@ class TodoRunNowApi(APIView):
         return _render(queue.run_now(todo_id, operator=agent.name, agent=agent))
 
 
-class TodoClaimNextApi(APIView):
+class TodoClaimNextApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_claim_next",
         summary="Claim the next todos",
@@ -211,30 +277,13 @@ class TodoClaimNextApi(APIView):
         """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/waiting.py)
         holding no thread and no connection. A bearer token whose agent is cached costs no query; other
         callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
-        view = TodoClaimNextApi()
-        view.setup(request, *args, **kwargs)
-        view.args, view.kwargs = args, kwargs
-        view.headers = view.default_response_headers
         try:
-            agent = await view._caller(request)
-            request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+            agent = await TodoClaimNextApi._for(request, *args, **kwargs)._caller(request)
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
             todos = await waiting.claim_next_waiting(agent=agent, **data)
             return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
             return await _error(exc)
-
-    async def _caller(self, request: HttpRequest) -> Agent:
-        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
-        if token is not None:
-            cached = auth.token_cache.cached(hash_token(token))
-            return cached if cached is not None else await executor.run(auth.agent_for_token, token)
-        return await executor.run(self._session_caller, request)
-
-    def _session_caller(self, request: HttpRequest) -> Agent:
-        drf_request = self.initialize_request(request)
-        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
-        return caller_agent(drf_request)
 
 
 async def _error(exc: Exception) -> HttpResponse:

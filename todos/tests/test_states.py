@@ -131,6 +131,14 @@ EXPECTED = {
         "waiting on dependencies",
     },
     "priority changeable": {"fresh", "requeued after a lapse", "scheduled for later", "scheduled and due"},
+    "finished": {
+        "done",
+        "discarded",
+        "dead after fail",
+        "dead after a lapse at the cap",
+        "cancelled while pending",
+        "cancelled while claimed",
+    },
 }
 
 
