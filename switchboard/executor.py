@@ -93,4 +93,3 @@ async def run_raw(function: Callable[[], Any]) -> Any:
     sends Django's own request signals in the thread)."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(executor(), contextvars.copy_context().run, function)
-
