@@ -283,6 +283,7 @@ def plans() -> list[Plan]:
         "run_at": None,
         "delay": None,
         "priority": 0,
+        "traceparent": None,
     }
     later = one("SELECT id FROM todos_todo WHERE state = 'scheduled' AND run_at > now() + interval '1 hour' LIMIT 1")
     crashed_fleet = """UPDATE todos_todo SET state = 'claimed', attempt = 1, owner = 'gone', lease_id = 'ls_x',
@@ -372,7 +373,11 @@ def plans() -> list[Plan]:
             sql.CREATE,
             {**create, "idempotency_key": "scheduled-key", "delay": 3600.0},
         ),
-        (Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"), sql.HEARTBEAT, {**receipt, "lease_seconds": lease}),
+        (
+            Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"),
+            sql.HEARTBEAT,
+            {**receipt, "lease_seconds": lease, "progress": None, "checkpoint": None},
+        ),
         (Plan("complete", "sql.COMPLETE", "todos_todo_pkey"), sql.COMPLETE, {**receipt, "result": Jsonb({"ok": 1})}),
         (Plan("fail", "sql.FAIL", "todos_todo_pkey"), sql.FAIL, {**receipt, **failing}),
         (

@@ -131,6 +131,24 @@ class Todo(models.Model):
     # When the todo may first run: its creation time unless scheduled. Claims order by (priority, run_at).
     run_at = models.DateTimeField(db_default=Now())
     priority = models.SmallIntegerField(db_default=0)
+    # While waiting (issue 20): what it waits for, as the waiter gave it (never a token). The matching
+    # machinery is in Waitpoint. resolution: how the last wait ended ({by, at, data | event | todos}),
+    # kept until the next wait so that the next claim reads it.
+    waiting_for = models.JSONField(null=True, blank=True)
+    resolution = models.JSONField(null=True, blank=True)
+    # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
+    # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
+    # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
+    # for the waiter's lock) and takes itself off each waiter's list: no lookup, no gap, and a todo that
+    # finishes twice (a dead-letter retried) is taken off once (todos/sql.py, _finishing).
+    awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
+    # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    # The W3C trace context the todo's work belongs to (sent on create, or started by its delivery).
+    traceparent = models.CharField(max_length=55, null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 
@@ -237,6 +255,8 @@ class Todo(models.Model):
             models.Index(
                 fields=["completed_at"], include=["queue"], condition=states.CANCELLED.q, name="todo_cancelled_recent"
             ),
+            # queue_stats()'s waiting count and the admin's Waiting filter (state = waiting).
+            models.Index(fields=["queue"], condition=states.WAITING.q, name="todo_waiting"),
             # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
             # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
             # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
@@ -253,6 +273,54 @@ class Todo(models.Model):
     @property
     def is_scheduled(self) -> bool:
         return states.SCHEDULED.holds(self)
+
+
+class OnTimeout(models.TextChoices):
+    # What a wait's timeout does: runnable again (resolution timed_out), or a failure that counts.
+    PENDING = "pending", "pending"
+    FAIL = "fail", "fail"
+
+
+class Waitpoint(models.Model):
+    """A todo's latest wait (issue 20): what resolves it, indexed for each kind of resolver while it is open,
+    and its timeout. Whatever resolves it or times it out sets resolved_at and moves the todo, in one
+    guarded statement (todos/sql.py), so two resolvers of one wait cannot both win; the closed row stays so
+    that a second resolve of a token is told apart (409) from an unknown token (404). A new wait of the
+    same todo replaces its row. Not a foreign key: retention deletes todos in SQL. A wait whose todo left
+    waiting another way (cancel) is closed by the next resolver or the timeout sweep, harmlessly."""
+
+    todo_id = models.CharField(primary_key=True, max_length=40)
+    queue = models.CharField(max_length=200)
+    created_at = models.DateTimeField(db_default=Now())
+    timeout_at = models.DateTimeField()
+    on_timeout = models.CharField(max_length=10, choices=OnTimeout.choices, default=OnTimeout.PENDING)
+    # for {"token": true}: SHA-256 of the token (hash_token), shown once to the waiter.
+    token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # for {"event": ...}: the source's slug, the type glob as a LIKE pattern, the whole match as a nested
+    # object (checked by containment), and event_key: a hash of (source, one path, its value) that a
+    # delivery computes for each of its scalar leaves, so matching is an index lookup per leaf, not a scan.
+    event_source = models.CharField(max_length=100, null=True, blank=True)
+    event_type_like = models.CharField(max_length=300, null=True, blank=True)
+    event_match = models.JSONField(null=True, blank=True)
+    event_key = models.CharField(max_length=32, null=True, blank=True)
+    # for {"todos": [ids]}: nothing here but the timeout (the edges and the count are on the todos' rows).
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Each index holds open waits only: closed ones cost the resolvers nothing.
+        indexes = [
+            # the reaper's time_out_waits: due timeouts in order.
+            models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
+            # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
+            models.Index(
+                fields=["event_key"],
+                condition=Q(event_key__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_event_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"wait of {self.todo_id}"
 
 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo

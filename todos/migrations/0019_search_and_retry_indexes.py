@@ -25,7 +25,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("todos", "0014_cancel_and_queue_controls"),
+        ("todos", "0015_waiting_state"),
     ]
 
     operations = [

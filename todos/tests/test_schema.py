@@ -29,6 +29,9 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         # queue controls and cancel (migration 0014): a limited queue's live leases; cancelled retention
         "todo_live_leases",
         "todo_cancelled_recent",
+        # waiting todos per queue (migration 0015): queue_stats() and the admin's filter; partial, so a
+        # transition of any other state writes nothing to it
+        "todo_waiting",
         # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
         # the admin's owner: and key: searches, one triage group, and per-queue retry reads (migration 0019)
@@ -48,4 +51,5 @@ def test_the_pending_scan_and_the_key_cover_priority_and_scheduled_todos(db):
         defs = dict(cursor.fetchall())
     assert "(queue, priority, run_at NULLS FIRST) WHERE ((state)::text = 'pending'" in defs["todo_pending_claim_scan"]
     assert "'scheduled'" in defs["todo_runnable_idempotency_key"]
+    assert "'waiting'" in defs["todo_runnable_idempotency_key"]
     assert "(queue, run_at) WHERE ((state)::text = 'scheduled'" in defs["todo_scheduled_due"]
