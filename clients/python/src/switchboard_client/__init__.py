@@ -28,8 +28,11 @@ from switchboard_client.models import (
     QueueControls,
     QueueStats,
     Replay,
+    Resolved,
     Schedule,
     Todo,
+    WaitingTodo,
+    Waitpoint,
 )
 from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Worker
 
@@ -58,6 +61,7 @@ __all__ = [
     "QueueStats",
     "Release",
     "Replay",
+    "Resolved",
     "Retry",
     "Schedule",
     "ServerError",
@@ -69,6 +73,8 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "WaitingTodo",
+    "Waitpoint",
     "Worker",
     "__version__",
 ]
