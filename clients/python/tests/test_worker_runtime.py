@@ -135,6 +135,42 @@ def test_a_lost_lease_is_told_to_the_handler_and_not_completed(server, agent, ma
     assert worker.stats.lost == 1 and worker.stats.completed == 0
 
 
+
+def test_a_handler_reports_progress_and_its_checkpoint_resumes_the_next_attempt(server, agent):
+    todo = queue.create(queue="ckpt", kind="c", max_attempts=3)[0]
+    seen: list[tuple[object, object]] = []
+    progress_seen = threading.Event()
+    # A long lease: only the handler's own reports (sent at once) reach the server during the test.
+    client = Client(server.base, agent.token)
+    worker = Worker(client, queues=["ckpt"], lease_seconds=300, poll_seconds=1, drain=True)
+
+    @worker.handler("c")
+    def handle(todo, ctx):
+        seen.append((ctx.saved, todo.checkpoint))
+        if ctx.saved is None:
+            ctx.progress(40, "first pages", now=True)
+            assert progress_seen.wait(20)
+            ctx.checkpoint({"page": 7})  # sent at once by default; before the failure in any case
+            raise Fail("crashed mid-way", retry_in=0)
+        ctx.progress(100, "done")  # rides the next heartbeat: none comes before the completion
+        return {"resumed_from": ctx.saved["page"]}
+
+    def watch() -> None:
+        wait_until(lambda: (client.get(todo.pk).progress or {}).get("percent") == 40, timeout=30)
+        progress_seen.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with client:
+        stats = asyncio.run(worker.arun())
+        watcher.join(5)
+    todo.refresh_from_db()
+    assert seen == [(None, None), ({"page": 7}, {"page": 7})]
+    assert todo.state == TodoState.DONE and todo.result == {"resumed_from": 7} and todo.attempt == 2
+    assert todo.progress["message"] == "first pages"
+    assert (stats.failed, stats.completed) == (1, 1)
+
+
 HANDLERS = """
 import time
 from switchboard_client import Worker
