@@ -79,7 +79,6 @@ def test_claim_complete_fail_release_for_shell_scripts(sb):
     assert sb("claim", "--queue", "empty", "--json").stdout.strip() == "[]"
 
 
-
 def test_heartbeat_wait_resolve_and_waitpoints_resolve_for_shell_scripts(sb):
     queue.create(queue="shw")
     [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)

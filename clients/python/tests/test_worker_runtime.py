@@ -135,7 +135,6 @@ def test_a_lost_lease_is_told_to_the_handler_and_not_completed(server, agent, ma
     assert worker.stats.lost == 1 and worker.stats.completed == 0
 
 
-
 def test_a_handler_reports_progress_and_its_checkpoint_resumes_the_next_attempt(server, agent):
     todo = queue.create(queue="ckpt", kind="c", max_attempts=3)[0]
     seen: list[tuple[object, object]] = []
