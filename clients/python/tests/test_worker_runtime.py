@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 from django.db.models.functions import Now
-from switchboard_client import Client, Fail, Release, Worker
+from switchboard_client import Client, Fail, Release, Wait, Worker
 
 from todos import queue
 from todos.models import Todo, TodoState
@@ -168,6 +168,33 @@ def test_a_handler_reports_progress_and_its_checkpoint_resumes_the_next_attempt(
     assert todo.state == TodoState.DONE and todo.result == {"resumed_from": 7} and todo.attempt == 2
     assert todo.progress["message"] == "first pages"
     assert (stats.failed, stats.completed) == (1, 1)
+
+
+def test_a_handler_that_raises_wait_is_run_again_with_the_resolution(server, agent):
+    todo = queue.create(queue="waits", kind="w")[0]
+    waiting = []
+    client = Client(server.base, agent.token)
+    worker = Worker(client, queues=["waits"], poll_seconds=1)
+
+    @worker.handler("w")
+    def handle(todo):
+        if todo.resolution is None:
+            raise Wait(token=True, timeout_seconds=600, on_waiting=waiting.append)
+        return {"approved_by": todo.resolution["data"]["by"]}
+
+    thread = start(worker)
+    try:
+        wait_until(lambda: bool(waiting))
+        assert Todo.objects.get(pk=todo.pk).state == TodoState.WAITING
+        assert client.resolve_waitpoint(waiting[0].waitpoint.token, data={"by": "jo"}).resolved
+        wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.DONE).exists())
+    finally:
+        worker.stop()
+        thread.join(20)
+        client.close()
+    todo.refresh_from_db()
+    assert todo.result == {"approved_by": "jo"} and todo.resolution["by"] == "token"
+    assert (worker.stats.waited, worker.stats.completed, worker.stats.failed) == (1, 1, 0)
 
 
 HANDLERS = """

@@ -34,7 +34,7 @@ from switchboard_client.models import (
     WaitingTodo,
     Waitpoint,
 )
-from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Worker
+from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Wait, Worker
 
 __all__ = [
     "DEFAULT_URL",
@@ -73,6 +73,7 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "Wait",
     "WaitingTodo",
     "Waitpoint",
     "Worker",

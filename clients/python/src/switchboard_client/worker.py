@@ -10,6 +10,7 @@ when its lease lapses.
         ...                       # return value -> the todo's result
                                   # raise Exception -> fail (retry with backoff, or Fail(retry_in=...))
                                   # raise Release -> back to pending, the attempt given back
+                                  # raise Wait(todos=/event=/token=, timeout_seconds=) -> waiting
     worker.run()                  # SIGTERM/SIGINT: stop claiming, finish within the grace, release the rest
 """
 
@@ -25,14 +26,14 @@ import queue as threadqueue
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from switchboard_client.client import AsyncClient, Client
 from switchboard_client.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError, Unauthorized
-from switchboard_client.models import JSON, Todo
+from switchboard_client.models import JSON, Todo, WaitingTodo
 
 log = logging.getLogger("switchboard_client.worker")
 
@@ -53,6 +54,32 @@ class Fail(Exception):
     def __init__(self, message: str, *, retry_in: float | None = None) -> None:
         super().__init__(message)
         self.retry_in = retry_in
+
+
+class Wait(Exception):
+    """Raised by a handler: give the lease back and wait (``Client.wait``'s arguments) for other todos, an
+    event or a token; the todo is claimed again once the wait ends, with its ``resolution``.
+    ``on_waiting`` gets the ``WaitingTodo``: for a token wait, its ``waitpoint`` (shown only then)."""
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float,
+        todos: Iterable[Todo | str] | None = None,
+        event: Mapping[str, JSON] | None = None,
+        token: bool = False,
+        on_timeout: str | None = None,
+        on_waiting: Callable[[WaitingTodo], object] | None = None,
+    ) -> None:
+        super().__init__("wait")
+        self.arguments: dict[str, Any] = {
+            "timeout_seconds": timeout_seconds,
+            "todos": list(todos) if todos is not None else None,
+            "event": event,
+            "token": token,
+            "on_timeout": on_timeout,
+        }
+        self.on_waiting = on_waiting
 
 
 class LeaseLost(Exception):
@@ -146,6 +173,8 @@ class Stats:
     completed: int = 0
     failed: int = 0
     released: int = 0
+    #: Handed back to wait (a handler's ``Wait``).
+    waited: int = 0
     #: Outcomes dropped because the lease was gone (heartbeat or completion answered 409).
     lost: int = 0
 
@@ -406,6 +435,14 @@ class Worker:
                 result = await threads.run(lambda: handler.function(*args))
         except Release:
             outcome = "release"
+        except Wait as wait:
+            beat.cancel()
+            if ctx.lease_lost:
+                self._dropped(ctx)
+            else:
+                await self._send_report(api, ctx)
+                await self._wait(api, ctx, wait)
+            return
         except Exception as exc:  # the handler's failure becomes the todo's error
             if ctx.lease_lost:
                 self._dropped(ctx)
@@ -430,6 +467,23 @@ class Worker:
             except Conflict as exc:
                 ctx._lose(exc.state)
                 self._dropped(ctx)
+
+    async def _wait(self, api: AsyncClient, ctx: Context, wait: Wait) -> None:
+        try:
+            waiting = await api.wait(ctx.todo, **wait.arguments)
+        except Conflict as exc:
+            ctx._lose(exc.state)
+            self._dropped(ctx)
+            return
+        except SwitchboardError as exc:  # a bad wait (400, 404) fails the todo with the reason
+            await self._fail(api, ctx, f"Wait refused: {exc}", None)
+            return
+        self.stats.waited += 1
+        if wait.on_waiting is not None:
+            try:
+                wait.on_waiting(waiting)
+            except Exception:  # the wait stands; a broken callback is the handler's to fix
+                log.exception("on_waiting of %s raised", ctx.todo.id)
 
     async def _send_report(self, api: AsyncClient, ctx: Context) -> None:
         """A checkpoint (or progress) the handler left unsent before it failed or released: the next
