@@ -235,7 +235,10 @@ def test_a_worker_sigkilled_mid_batch_loses_nothing(server, env, tmp_path):
         proc.communicate(timeout=10)
     left = Todo.objects.exclude(state=TodoState.DONE).count()
     assert left > 0, "the batch finished before the kill: nothing was tested"
-    # A second worker picks up what the dead one held once its leases lapse (2 s), and the rest.
+    # A second worker picks up what the dead one held once its leases lapse (2 s), and the rest. It starts
+    # after the lapse: a draining worker stops at its first empty claim, which on a loaded machine could
+    # come before the lapse.
+    wait_until(lambda: not Todo.objects.filter(state=TodoState.CLAIMED, lease_expires_at__gt=Now()).exists())
     proc = _process(tmp_path, env, 8, 2.0, 10.0, "--drain")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
