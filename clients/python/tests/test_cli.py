@@ -79,6 +79,37 @@ def test_claim_complete_fail_release_for_shell_scripts(sb):
     assert sb("claim", "--queue", "empty", "--json").stdout.strip() == "[]"
 
 
+def test_heartbeat_wait_resolve_and_waitpoints_resolve_for_shell_scripts(sb):
+    queue.create(queue="shw")
+    [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)
+    beat = sb("heartbeat", todo["id"], "--lease", todo["lease_id"], "--percent", "30", "--message", "a third")
+    assert beat.stdout.strip() == f"{todo['id']} claimed"
+    sb("heartbeat", todo["id"], "--lease", todo["lease_id"], "--checkpoint", '{"step": 2}')
+    row = Todo.objects.get(pk=todo["id"])
+    assert row.progress["percent"] == 30 and row.checkpoint == {"step": 2}
+
+    out = sb("todos", "wait", todo["id"], "--lease", todo["lease_id"], "--for-token", "--timeout", "600").stdout
+    first, token_line, url_line = out.splitlines()
+    assert first == f'{todo["id"]} waiting for {{"token": true}}' and url_line.startswith("resolve_url http")
+    token = token_line.removeprefix("token ")
+    assert sb("waitpoints", "resolve", token, "--data", '{"ok": 1}', SWITCHBOARD_TOKEN="").stdout.strip() == "resolved"
+    assert "state: pending" in sb("waitpoints", "resolve", token, code=4).stderr
+    assert Todo.objects.get(pk=todo["id"]).resolution["data"] == {"ok": 1}
+
+    [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)
+    event = '{"source": "github", "type": "push", "match": {"ref": "main"}}'
+    args = ("todos", "wait", todo["id"], "--lease", todo["lease_id"], "--for-event", event, "--timeout", "60")
+    waiting = json.loads(sb(*args, "--on-timeout", "fail", "--json").stdout)
+    assert waiting["state"] == "waiting" and waiting["waiting_for"]["event"]["type"] == "push"
+    assert sb("todos", "resolve", todo["id"], "--data", "7").stdout.strip() == f"resolved {todo['id']} (pending)"
+    assert sb("todos", "resolve", todo["id"], code=4).stderr.count("state: pending") == 1
+    assert sb("todos", "wait", "td_x", "--lease", "ls_x", "--timeout", "5", code=2).stderr  # no --for-*
+
+    [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)
+    sb("complete", todo["id"], "--lease", todo["lease_id"], "--result", '{"n": 5}')
+    assert json.loads(sb("todos", "get", todo["id"], "--wait", "5", "--json").stdout)["result"] == {"n": 5}
+
+
 def test_todos_retry_revives_a_dead_letter(sb, make_agent):
     ops = make_agent("ops", can_retry_dead_letters=True)
     todo = queue.create(queue="dl", max_attempts=1)[0]

@@ -13,7 +13,9 @@ from switchboard_client import AsyncClient, Client, _api, errors, models
 pytestmark = pytest.mark.django_db
 
 # Placeholder arguments for a builder's required parameters, by name: a path segment "X".
-_ARGS = {"items": [], "priority": 0, "lease_id": "ls_X"}
+_ARGS = {"items": [], "priority": 0, "lease_id": "ls_X", "timeout_seconds": 60}
+# Keywords a builder needs beyond its required ones: a wait waits for exactly one thing.
+_CHOICES = {"todos_wait": {"token": True}}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,12 @@ def test_each_verb_sends_the_operations_method_path_and_every_field(spec, op):
         for p in inspect.signature(builder).parameters.values()
         if p.kind is not p.KEYWORD_ONLY and (p.default is p.empty or p.name == "lease_id")
     ]
-    call = builder(*[_ARGS.get(p.name, "X") for p in required])
+    keywords = {
+        p.name: _ARGS.get(p.name, "X")
+        for p in inspect.signature(builder).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    }
+    call = builder(*[_ARGS.get(p.name, "X") for p in required], **keywords, **_CHOICES.get(op, {}))
     assert call.op == op and call.method == method
     expected = path
     for parameter in (p for p in operation.get("parameters", []) if p["in"] == "path"):
@@ -79,6 +86,9 @@ def test_each_verb_sends_the_operations_method_path_and_every_field(spec, op):
             item = spec["components"]["schemas"][body["properties"]["items"]["items"]["$ref"].rsplit("/", 1)[1]]
             assert set(item["properties"]) == {"id", "lease_id", "result"}
             fields -= {"items"}
+        if op == "todos_wait":  # "for" (a keyword in Python): exactly one of todos=, event=, token=
+            assert {"todos", "event", "token"} <= given
+            fields -= {"for"}
         assert fields <= given, f"{op}: body fields the client cannot send: {sorted(fields - given)}"
 
 

@@ -4,6 +4,8 @@ errors raised as the API's codes, typed answers."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,10 +21,12 @@ from switchboard_client import (
     ServerUnreachable,
     Todo,
     Unauthorized,
+    WaitingTodo,
 )
 
 from events.models import Event
 from ingest.models import Route, Source
+from todos import queue
 from todos.models import Todo as TodoRow
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -181,3 +185,97 @@ def test_a_todo_lives_its_whole_life_through_the_async_client(server, agent):
             assert await client.claim(["alife.none"], wait_seconds=0.5) == []
 
     asyncio.run(life())
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_progress_and_a_checkpoint_ride_the_heartbeat_and_the_checkpoint_outlives_the_attempt(client):
+    created = client.create("prog", traceparent=TRACE)
+    assert created.traceparent is not None and created.traceparent.split("-")[1] == TRACE.split("-")[1]
+    [claimed] = client.claim(["prog"])
+    assert claimed.traceparent == created.traceparent and claimed.checkpoint is None
+    beat = client.heartbeat(claimed, progress={"percent": 50, "message": "half"}, checkpoint={"page": 3})
+    assert beat.progress["percent"] == 50 and beat.progress["message"] == "half"
+    assert beat.checkpoint == {"page": 3}
+    with pytest.raises(Invalid) as invalid:
+        client.heartbeat(claimed, progress={"percent": 101})
+    assert "progress" in str(invalid.value.fields)
+    client.fail(claimed, error="crashed", retry_in_seconds=0)
+    [again] = client.claim(["prog"], wait_seconds=5)
+    assert again.id == created.id and again.checkpoint == {"page": 3}
+
+
+def test_get_with_wait_seconds_answers_when_the_todo_is_done(client):
+    created = client.create("awaited")
+    [claimed] = client.claim(["awaited"])
+    assert client.get(created, wait_seconds=0.3).state == "claimed"  # time up: the todo as it is
+    done = threading.Timer(0.5, lambda: client.complete(claimed, result={"answer": 42}))
+    done.start()
+    started = time.monotonic()
+    awaited = client.get(created.id, wait_seconds=15)
+    assert awaited.state == "done" and awaited.result == {"answer": 42}
+    assert time.monotonic() - started < 10
+    done.join()
+
+
+def test_a_token_wait_is_resolved_once_by_its_token(client):
+    created = client.create("tok")
+    [claimed] = client.claim(["tok"])
+    waiting = client.wait(claimed, token=True, timeout_seconds=3600)
+    assert isinstance(waiting, WaitingTodo) and waiting.state == "waiting" and waiting.lease_id is None
+    assert waiting.waiting_for == {"token": True} and waiting.waitpoint is not None
+    assert waiting.waitpoint.resolve_url.endswith(f"/waitpoints/{waiting.waitpoint.token}/resolve/")
+    assert [q.waiting for q in client.queues() if q.queue == "tok"] == [1]
+    assert client.claim(["tok"]) == []
+    with Client(client.url, None) as anyone:  # the token is the only credential
+        assert anyone.resolve_waitpoint(waiting.waitpoint.token, data={"approved": True}).resolved
+        with pytest.raises(Conflict):
+            anyone.resolve_waitpoint(waiting.waitpoint.token)
+        with pytest.raises(NotFound):
+            anyone.resolve_waitpoint("wpt_unknown")
+    [resumed] = client.claim(["tok"])
+    assert resumed.id == created.id and resumed.resolution["by"] == "token"
+    assert resumed.resolution["data"] == {"approved": True}
+
+
+def test_a_wait_for_todos_resumes_when_they_finish(client):
+    child = client.create("kids")
+    client.create("parent")
+    [parent] = client.claim(["parent"])
+    waiting = client.wait(parent, todos=[child], timeout_seconds=600, on_timeout="fail")
+    assert waiting.waiting_for == {"todos": [child.id]} and waiting.waitpoint is None
+    [kid] = client.claim(["kids"])
+    client.complete(kid, result={"n": 1})
+    [resumed] = client.claim(["parent"], wait_seconds=5)
+    assert resumed.resolution["by"] == "todos" and resumed.resolution["todos"][0]["result"] == {"n": 1}
+    with pytest.raises(TypeError):
+        client.wait(resumed, todos=[child], token=True, timeout_seconds=60)
+    with pytest.raises(NotFound):
+        client.wait(resumed, todos=["td_nope"], timeout_seconds=60)
+
+
+def test_an_event_wait_is_resolved_by_an_agent_or_times_out_into_a_failure(server, agent):
+    async def waits() -> str:
+        async with AsyncClient(server.base, agent.token) as client:
+            await client.create("ev.wait")
+            [claimed] = await client.claim(["ev.wait"])
+            event = {"source": "github", "type": "check_suite", "match": {"check_suite.head_sha": "4f2a"}}
+            waiting = await client.wait(claimed, event=event, timeout_seconds=3600)
+            assert waiting.state == "waiting" and waiting.waiting_for["event"]["source"] == "github"
+            resolved = await client.resolve(waiting, data={"skip": True})
+            assert resolved.state == "pending" and resolved.resolution["by"] == "agent"
+            with pytest.raises(Conflict) as conflict:
+                await client.resolve(waiting)
+            assert conflict.value.state == "pending"
+
+            [claimed] = await client.claim(["ev.wait"])
+            await client.wait(claimed, event=event, timeout_seconds=1, on_timeout="fail")
+            return claimed.id
+
+    todo_id = asyncio.run(waits())
+    time.sleep(1.2)
+    assert queue.time_out_waits(batch=10) == 1  # the reaper's sweep
+    with Client(server.base, agent.token) as client:
+        timed_out = client.get(todo_id)
+    assert timed_out.state == "failed" and timed_out.resolution["timed_out"]

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 from django.db.models.functions import Now
-from switchboard_client import Client, Fail, Release, Worker
+from switchboard_client import Client, Fail, Release, Wait, Worker
 
 from todos import queue
 from todos.models import Todo, TodoState
@@ -135,6 +135,68 @@ def test_a_lost_lease_is_told_to_the_handler_and_not_completed(server, agent, ma
     assert worker.stats.lost == 1 and worker.stats.completed == 0
 
 
+def test_a_handler_reports_progress_and_its_checkpoint_resumes_the_next_attempt(server, agent):
+    todo = queue.create(queue="ckpt", kind="c", max_attempts=3)[0]
+    seen: list[tuple[object, object]] = []
+    progress_seen = threading.Event()
+    # A long lease: only the handler's own reports (sent at once) reach the server during the test.
+    client = Client(server.base, agent.token)
+    worker = Worker(client, queues=["ckpt"], lease_seconds=300, poll_seconds=1, drain=True)
+
+    @worker.handler("c")
+    def handle(todo, ctx):
+        seen.append((ctx.saved, todo.checkpoint))
+        if ctx.saved is None:
+            ctx.progress(40, "first pages", now=True)
+            assert progress_seen.wait(20)
+            ctx.checkpoint({"page": 7})  # sent at once by default; before the failure in any case
+            raise Fail("crashed mid-way", retry_in=0)
+        ctx.progress(100, "done")  # rides the next heartbeat: none comes before the completion
+        return {"resumed_from": ctx.saved["page"]}
+
+    def watch() -> None:
+        wait_until(lambda: (client.get(todo.pk).progress or {}).get("percent") == 40, timeout=30)
+        progress_seen.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with client:
+        stats = asyncio.run(worker.arun())
+        watcher.join(5)
+    todo.refresh_from_db()
+    assert seen == [(None, None), ({"page": 7}, {"page": 7})]
+    assert todo.state == TodoState.DONE and todo.result == {"resumed_from": 7} and todo.attempt == 2
+    assert todo.progress["message"] == "first pages"
+    assert (stats.failed, stats.completed) == (1, 1)
+
+
+def test_a_handler_that_raises_wait_is_run_again_with_the_resolution(server, agent):
+    todo = queue.create(queue="waits", kind="w")[0]
+    waiting = []
+    client = Client(server.base, agent.token)
+    worker = Worker(client, queues=["waits"], poll_seconds=1)
+
+    @worker.handler("w")
+    def handle(todo):
+        if todo.resolution is None:
+            raise Wait(token=True, timeout_seconds=600, on_waiting=waiting.append)
+        return {"approved_by": todo.resolution["data"]["by"]}
+
+    thread = start(worker)
+    try:
+        wait_until(lambda: bool(waiting))
+        assert Todo.objects.get(pk=todo.pk).state == TodoState.WAITING
+        assert client.resolve_waitpoint(waiting[0].waitpoint.token, data={"by": "jo"}).resolved
+        wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.DONE).exists())
+    finally:
+        worker.stop()
+        thread.join(20)
+        client.close()
+    todo.refresh_from_db()
+    assert todo.result == {"approved_by": "jo"} and todo.resolution["by"] == "token"
+    assert (worker.stats.waited, worker.stats.completed, worker.stats.failed) == (1, 1, 0)
+
+
 HANDLERS = """
 import time
 from switchboard_client import Worker
@@ -173,7 +235,10 @@ def test_a_worker_sigkilled_mid_batch_loses_nothing(server, env, tmp_path):
         proc.communicate(timeout=10)
     left = Todo.objects.exclude(state=TodoState.DONE).count()
     assert left > 0, "the batch finished before the kill: nothing was tested"
-    # A second worker picks up what the dead one held once its leases lapse (2 s), and the rest.
+    # A second worker picks up what the dead one held once its leases lapse (2 s), and the rest. It starts
+    # after the lapse: a draining worker stops at its first empty claim, which on a loaded machine could
+    # come before the lapse.
+    wait_until(lambda: not Todo.objects.filter(state=TodoState.CLAIMED, lease_expires_at__gt=Now()).exists())
     proc = _process(tmp_path, env, 8, 2.0, 10.0, "--drain")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out

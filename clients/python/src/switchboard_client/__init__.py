@@ -28,10 +28,13 @@ from switchboard_client.models import (
     QueueControls,
     QueueStats,
     Replay,
+    Resolved,
     Schedule,
     Todo,
+    WaitingTodo,
+    Waitpoint,
 )
-from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Worker
+from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, Wait, Worker
 
 __all__ = [
     "DEFAULT_URL",
@@ -58,6 +61,7 @@ __all__ = [
     "QueueStats",
     "Release",
     "Replay",
+    "Resolved",
     "Retry",
     "Schedule",
     "ServerError",
@@ -69,6 +73,9 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "Wait",
+    "WaitingTodo",
+    "Waitpoint",
     "Worker",
     "__version__",
 ]

@@ -22,8 +22,10 @@ from switchboard_client.models import (
     QueueControls,
     QueueStats,
     Replay,
+    Resolved,
     Schedule,
     Todo,
+    WaitingTodo,
 )
 
 T = TypeVar("T")
@@ -138,6 +140,7 @@ def create(
     run_at: datetime | str | None = None,
     delay_seconds: float | None = None,
     priority: int | None = None,
+    traceparent: str | None = None,
 ) -> Call[CreatedTodo]:
     body = _given(
         queue=queue,
@@ -151,14 +154,18 @@ def create(
         run_at=run_at,
         delay_seconds=delay_seconds,
         priority=priority,
+        traceparent=traceparent,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
 
 
 @operation("todos_retrieve")
-def get(todo: Todo | str) -> Call[Todo]:
-    return Call("todos_retrieve", "GET", f"todos/{_q(_id(todo))}/", _todo)
+def get(todo: Todo | str, *, wait_seconds: float | None = None) -> Call[Todo]:
+    """With ``wait_seconds`` (up to 20), await the result: the answer comes when the todo is finished or
+    the time runs out, with the todo as it then is."""
+    params = _given(wait_seconds=wait_seconds)
+    return Call("todos_retrieve", "GET", f"todos/{_q(_id(todo))}/", _todo, params=params, wait=wait_seconds or 0.0)
 
 
 @operation("todos_list")
@@ -222,9 +229,23 @@ def claim_one(todo: Todo | str, *, lease_seconds: float | None = None, worker: s
 
 
 @operation("todos_heartbeat")
-def heartbeat(todo: Todo | str, lease_id: str | None = None, *, lease_seconds: float | None = None) -> Call[Todo]:
+def heartbeat(
+    todo: Todo | str,
+    lease_id: str | None = None,
+    *,
+    lease_seconds: float | None = None,
+    progress: Mapping[str, JSON] | None = None,
+    checkpoint: JSON = None,
+) -> Call[Todo]:
+    """``progress``: {"percent": 0-100, "message": ...}; ``checkpoint``: a JSON object (at most 64 KB)
+    the next claimer gets if this attempt ends."""
     todo_id, lease = _receipt(todo, lease_id)
-    body = _given(lease_id=lease, lease_seconds=lease_seconds)
+    body = _given(
+        lease_id=lease,
+        lease_seconds=lease_seconds,
+        progress=dict(progress) if progress is not None else None,
+        checkpoint=checkpoint,
+    )
     return Call("todos_heartbeat", "POST", f"todos/{_q(todo_id)}/heartbeat/", _todo, body)
 
 
@@ -278,6 +299,72 @@ def release(todo: Todo | str, lease_id: str | None = None) -> Call[Todo]:
 def retry(todo: Todo | str, *, mode: str = "reset", note: str | None = None) -> Call[Todo]:
     body = _given(mode=mode, note=note)
     return Call("todos_retry", "POST", f"todos/{_q(_id(todo))}/retry/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_wait")
+def wait(
+    todo: Todo | str,
+    lease_id: str | None = None,
+    *,
+    timeout_seconds: float,
+    todos: Iterable[Todo | str] | None = None,
+    event: Mapping[str, JSON] | None = None,
+    token: bool = False,
+    on_timeout: str | None = None,
+) -> Call[WaitingTodo]:
+    """Give the lease back and wait (state ``waiting``) for exactly one of: ``todos`` all finished,
+    an ``event`` ({"source", "type" glob, "match": {"dotted.path": value}}), or a ``token`` resolve (the
+    answer's ``waitpoint``, shown this once). After ``timeout_seconds``: pending with
+    ``resolution["timed_out"]``, or a failure with ``on_timeout="fail"``."""
+    kinds = {"todos": todos is not None, "event": event is not None, "token": token}
+    if sum(kinds.values()) != 1:
+        raise TypeError("wait for exactly one of todos=, event= or token=True")
+    todo_id, lease = _receipt(todo, lease_id)
+    waiting_for: dict[str, JSON]
+    if todos is not None:
+        waiting_for = {"todos": [_id(t) for t in todos]}
+    elif event is not None:
+        waiting_for = {"event": dict(event)}
+    else:
+        waiting_for = {"token": True}
+    body = _given(lease_id=lease, timeout_seconds=timeout_seconds, on_timeout=on_timeout)
+    body["for"] = waiting_for
+    # A 503 rolled back; a resend after a broken connection may find the todo already waiting (409).
+    return Call(
+        "todos_wait",
+        "POST",
+        f"todos/{_q(todo_id)}/wait/",
+        WaitingTodo.from_json,
+        body,
+        retry=Retry.ON_UNAVAILABLE,
+    )
+
+
+@operation("todos_resolve")
+def resolve(todo: Todo | str, *, data: JSON = None) -> Call[Todo]:
+    """End a waiting todo's wait now (agents whose scopes cover its queue): pending, ``resolution``
+    {by: "agent", data}."""
+    return Call(
+        "todos_resolve",
+        "POST",
+        f"todos/{_q(_id(todo))}/resolve/",
+        _todo,
+        {"data": data},
+        retry=Retry.ON_UNAVAILABLE,
+    )
+
+
+@operation("waitpoints_resolve")
+def resolve_waitpoint(token: str, *, data: JSON = None) -> Call[Resolved]:
+    """Resolve a token wait by its token (the only credential it needs): once only, a second is 409."""
+    return Call(
+        "waitpoints_resolve",
+        "POST",
+        f"waitpoints/{_q(token)}/resolve/",
+        Resolved.from_json,
+        {"data": data},
+        retry=Retry.ON_UNAVAILABLE,
+    )
 
 
 @operation("todos_cancel")

@@ -91,6 +91,7 @@ QUEUE_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("PENDING", lambda q: q.pending),
     ("CLAIMED", lambda q: q.claimed),
     ("SCHEDULED", lambda q: q.scheduled),
+    ("WAITING", lambda q: q.waiting),
     ("RETRYING", lambda q: q.retry_waiting),
     ("DEAD", lambda q: q.dead_letters),
     ("CANCELLED", lambda q: q.cancelled),
@@ -180,13 +181,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p = command(todos, "list", "todos in your scopes, newest first")
     p.add_argument("--queue")
-    p.add_argument("--state", choices=["scheduled", "pending", "claimed", "failed", "done", "cancelled"])
+    p.add_argument("--state", choices=["scheduled", "pending", "claimed", "waiting", "failed", "done", "cancelled"])
     p.add_argument("--kind")
     p.add_argument("--assignee")
     p.add_argument("--dead", action=argparse.BooleanOptionalAction, default=None, help="dead-letters only (or none)")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p = command(todos, "get", "one todo")
     p.add_argument("id")
+    p.add_argument("--wait", type=float, dest="wait_seconds", help="await its result up to this many seconds (20)")
     p = command(todos, "create", "create a todo")
     p.add_argument("queue")
     p.add_argument("--kind")
@@ -199,6 +201,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-at", help="RFC 3339, e.g. 2026-01-02T03:04:05Z")
     p.add_argument("--delay", type=float, dest="delay_seconds", help="seconds from now")
     p.add_argument("--priority", type=int, help="-100..100, lower first")
+    p.add_argument("--traceparent", help="W3C trace context: the todo's spans join this trace")
+    p = command(todos, "wait", "hand a claimed todo back to wait for todos, an event or a token")
+    p.add_argument("id")
+    p.add_argument("--lease", required=True, dest="lease_id", help="the claim's lease_id")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--for-todo", action="append", dest="todos", help="a todo id to await; repeat for more")
+    what.add_argument(
+        "--for-event", type=_json_arg, dest="event", help='JSON {"source", "type", "match": {"path": value}}'
+    )
+    what.add_argument("--for-token", action="store_true", dest="token_wait", help="a token whose holder resolves it")
+    p.add_argument("--timeout", type=float, required=True, dest="timeout_seconds", help="seconds (up to 30 days)")
+    p.add_argument("--on-timeout", choices=["pending", "fail"])
+    p = command(todos, "resolve", "end a waiting todo's wait now")
+    p.add_argument("id")
+    p.add_argument("--data", type=_json_arg, help="JSON for its next claim, @file or - for stdin")
     p = command(todos, "cancel", "cancel a todo")
     p.add_argument("id")
     p.add_argument("--reason")
@@ -229,6 +246,13 @@ def _parser() -> argparse.ArgumentParser:
     command(events, "get", "one event, with its payload and todos").add_argument("id")
     command(events, "replay", "run an event's routes again").add_argument("id")
 
+    waitpoints = command(commands, "waitpoints", "resolve a token wait").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    p = command(waitpoints, "resolve", "resolve a token wait by its token (no API token needed)")
+    p.add_argument("wait_token", metavar="token")
+    p.add_argument("--data", type=_json_arg, help="JSON for its next claim, @file or - for stdin")
+
     p = command(commands, "claim", "claim todos (prints them with their lease ids)")
     p.add_argument("--queue", action="append", dest="queues", help="name or glob; repeat for more")
     p.add_argument("--limit", type=int)
@@ -247,6 +271,13 @@ def _parser() -> argparse.ArgumentParser:
     p = command(commands, "release", "hand a claimed todo back")
     p.add_argument("id")
     p.add_argument("--lease", required=True, dest="lease_id")
+    p = command(commands, "heartbeat", "extend a claimed todo's lease, with progress or a checkpoint")
+    p.add_argument("id")
+    p.add_argument("--lease", required=True, dest="lease_id")
+    p.add_argument("--lease-seconds", type=float)
+    p.add_argument("--percent", type=float, help="progress, 0-100")
+    p.add_argument("--message", help="progress message")
+    p.add_argument("--checkpoint", type=_json_arg, help="JSON object for the next claimer, @file or -")
 
     p = command(commands, "worker", "run handlers from a module: a Worker, or a dict of kind -> function")
     p.add_argument("target", help="module[:attribute] (default attribute: worker, else handlers)")
@@ -279,12 +310,30 @@ def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
             rows.append(todo)
         out.rows(rows, TODO_COLUMNS)
     elif args.action == "get":
-        out.one(client.get(args.id))
+        out.one(client.get(args.id, wait_seconds=args.wait_seconds))
     elif args.action == "create":
         fields = ("kind", "title", "payload", "source", "idempotency_key", "assignee", "max_attempts", "run_at")
-        created = client.create(args.queue, **{k: getattr(args, k) for k in (*fields, "delay_seconds", "priority")})
+        extra = ("delay_seconds", "priority", "traceparent")
+        created = client.create(args.queue, **{k: getattr(args, k) for k in (*fields, *extra)})
         verb = "created" if created.created else "exists"
         out.one(created, f"{verb} {created.id} ({created.state}) in {created.queue}")
+    elif args.action == "wait":
+        waiting = client.wait(
+            args.id,
+            args.lease_id,
+            timeout_seconds=args.timeout_seconds,
+            todos=args.todos,
+            event=args.event,
+            token=args.token_wait,
+            on_timeout=args.on_timeout,
+        )
+        message = f"{waiting.id} waiting for {json.dumps(waiting.waiting_for)}"
+        if waiting.waitpoint:  # shown this once: print it even without --json
+            message += f"\ntoken {waiting.waitpoint.token}\nresolve_url {waiting.waitpoint.resolve_url}"
+        out.one(waiting, message)
+    elif args.action == "resolve":
+        todo = client.resolve(args.id, data=args.data)
+        out.one(todo, f"resolved {todo.id} ({todo.state})")
     elif args.action == "cancel":
         todo = client.cancel(args.id, reason=args.reason)
         out.one(todo, f"cancelled {todo.id}")
@@ -331,6 +380,11 @@ def _events(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
+def _waitpoints(client: Client, args: argparse.Namespace, out: Output) -> int:
+    out.one(client.resolve_waitpoint(args.wait_token, data=args.data), "resolved")
+    return OK
+
+
 def _claim(client: Client, args: argparse.Namespace, out: Output) -> int:
     todos = client.claim(
         args.queues,
@@ -349,6 +403,15 @@ def _finish(client: Client, args: argparse.Namespace, out: Output) -> int:
         todo = client.complete(args.id, args.lease_id, result=args.result)
     elif args.command == "fail":
         todo = client.fail(args.id, args.lease_id, error=args.error, retry_in_seconds=args.retry_in_seconds)
+    elif args.command == "heartbeat":
+        progress = {k: v for k, v in (("percent", args.percent), ("message", args.message)) if v is not None}
+        todo = client.heartbeat(
+            args.id,
+            args.lease_id,
+            lease_seconds=args.lease_seconds,
+            progress=progress or None,
+            checkpoint=args.checkpoint,
+        )
     else:
         todo = client.release(args.id, args.lease_id)
     out.one(todo, f"{todo.id} {'dead-letter' if todo.dead_letter else todo.state}")
@@ -423,6 +486,8 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "complete": _finish,
     "fail": _finish,
     "release": _finish,
+    "heartbeat": _finish,
+    "waitpoints": _waitpoints,
     "worker": _worker,
     "watch": _watch,
 }

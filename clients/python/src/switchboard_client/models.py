@@ -75,10 +75,19 @@ class Todo(Model):
     priority: int
     result: JSON
     errors: list[dict[str, JSON]]
+    #: {percent, message, at} from the holder's last heartbeat that carried it.
+    progress: JSON
+    #: What an earlier attempt saved (a heartbeat's checkpoint): a claimer resumes from it.
+    checkpoint: JSON
+    traceparent: str | None
     created_at: datetime | None
     updated_at: datetime | None
     claimed_at: datetime | None
     completed_at: datetime | None
+    #: While waiting: what it waits for ({"todos": [...]}, {"event": {...}} or {"token": true}).
+    waiting_for: JSON
+    #: How its last wait ended: {by, at, data | event | todos | timed_out}.
+    resolution: JSON
 
     @property
     def finished(self) -> bool:
@@ -94,6 +103,35 @@ class CreatedTodo(Todo):
 
 
 @dataclass(frozen=True)
+class Waitpoint(Model):
+    """A token wait's credential: whoever holds ``token`` (or POSTs to ``resolve_url``) resolves it."""
+
+    schema: ClassVar[str] = "Waitpoint"
+    token: str
+    resolve_url: str
+
+
+@dataclass(frozen=True)
+class WaitingTodo(Todo):
+    """A wait's answer: the todo, now waiting, and for a token wait its ``waitpoint`` (shown this once)."""
+
+    schema: ClassVar[str] = "WaitingTodo"
+    waitpoint: Waitpoint | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        todo = super().from_json(data)
+        waitpoint = Waitpoint.from_json(data["waitpoint"]) if data.get("waitpoint") else None
+        return dataclasses.replace(todo, waitpoint=waitpoint)
+
+
+@dataclass(frozen=True)
+class Resolved(Model):
+    schema: ClassVar[str] = "Resolved"
+    resolved: bool
+
+
+@dataclass(frozen=True)
 class QueueStats(Model):
     schema: ClassVar[str] = "QueueStats"
     queue: str
@@ -103,6 +141,7 @@ class QueueStats(Model):
     retry_waiting: int
     dead_letters: int
     scheduled: int
+    waiting: int
     oldest_pending_age_seconds: float | None
     cancelled: int
     paused: bool

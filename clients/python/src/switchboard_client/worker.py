@@ -10,6 +10,7 @@ when its lease lapses.
         ...                       # return value -> the todo's result
                                   # raise Exception -> fail (retry with backoff, or Fail(retry_in=...))
                                   # raise Release -> back to pending, the attempt given back
+                                  # raise Wait(todos=/event=/token=, timeout_seconds=) -> waiting
     worker.run()                  # SIGTERM/SIGINT: stop claiming, finish within the grace, release the rest
 """
 
@@ -25,14 +26,14 @@ import queue as threadqueue
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from switchboard_client.client import AsyncClient, Client
 from switchboard_client.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError, Unauthorized
-from switchboard_client.models import JSON, Todo
+from switchboard_client.models import JSON, Todo, WaitingTodo
 
 log = logging.getLogger("switchboard_client.worker")
 
@@ -55,6 +56,32 @@ class Fail(Exception):
         self.retry_in = retry_in
 
 
+class Wait(Exception):
+    """Raised by a handler: give the lease back and wait (``Client.wait``'s arguments) for other todos, an
+    event or a token; the todo is claimed again once the wait ends, with its ``resolution``.
+    ``on_waiting`` gets the ``WaitingTodo``: for a token wait, its ``waitpoint`` (shown only then)."""
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float,
+        todos: Iterable[Todo | str] | None = None,
+        event: Mapping[str, JSON] | None = None,
+        token: bool = False,
+        on_timeout: str | None = None,
+        on_waiting: Callable[[WaitingTodo], object] | None = None,
+    ) -> None:
+        super().__init__("wait")
+        self.arguments: dict[str, Any] = {
+            "timeout_seconds": timeout_seconds,
+            "todos": list(todos) if todos is not None else None,
+            "event": event,
+            "token": token,
+            "on_timeout": on_timeout,
+        }
+        self.on_waiting = on_waiting
+
+
 class LeaseLost(Exception):
     """Raised by ``Context.check()`` once the lease is gone: the outcome will not be sent."""
 
@@ -63,15 +90,68 @@ class LeaseLost(Exception):
 class Context:
     """What a handler that takes two arguments gets beside the todo. ``lease_lost`` turns true when a
     heartbeat is refused (another worker holds the todo, or it was cancelled: ``lost_state`` says
-    which) or the worker gave the todo back at shutdown; from then on the handler's outcome is dropped."""
+    which) or the worker gave the todo back at shutdown; from then on the handler's outcome is dropped.
+
+    ``progress()`` and ``checkpoint()`` ride on the next heartbeat; with ``now=True`` (the default for
+    a checkpoint) that heartbeat is sent at once."""
 
     todo: Todo
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     lost_state: str | None = None
+    #: Set by the worker: wakes the heartbeat task (thread-safe) to send what is pending now.
+    _wake: Callable[[], object] = field(default=lambda: None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _progress: dict[str, JSON] | None = field(default=None, repr=False)
+    _checkpoint: JSON = field(default=None, repr=False)
+    _has_checkpoint: bool = field(default=False, repr=False)
 
     @property
     def lease_lost(self) -> bool:
         return self._lost.is_set()
+
+    @property
+    def saved(self) -> JSON:
+        """The checkpoint an earlier attempt saved (None if none): resume from it."""
+        return self.todo.checkpoint
+
+    def progress(self, percent: float | None = None, message: str | None = None, *, now: bool = False) -> None:
+        """Report how far the work is (percent 0-100, a message of at most 500 characters)."""
+        progress: dict[str, JSON] = {}
+        if percent is not None:
+            progress["percent"] = percent
+        if message is not None:
+            progress["message"] = message
+        with self._lock:
+            self._progress = progress
+        if now:
+            self._wake()
+
+    def checkpoint(self, state: JSON, *, now: bool = True) -> None:
+        """Save ``state`` (a JSON object, at most 64 KB): the next claimer gets it as
+        ``todo.checkpoint`` if this attempt ends without completing."""
+        with self._lock:
+            self._checkpoint, self._has_checkpoint = state, True
+        if now:
+            self._wake()
+
+    def _take(self) -> dict[str, JSON]:
+        """What the next heartbeat carries; it is forgotten once taken (sent, or given back on error)."""
+        with self._lock:
+            report: dict[str, JSON] = {}
+            if self._progress is not None:
+                report["progress"] = self._progress
+            if self._has_checkpoint:
+                report["checkpoint"] = self._checkpoint
+            self._progress, self._checkpoint, self._has_checkpoint = None, None, False
+            return report
+
+    def _give_back(self, report: dict[str, JSON]) -> None:
+        """A heartbeat that failed: keep its report for the next, unless newer ones came meanwhile."""
+        with self._lock:
+            if self._progress is None and "progress" in report:
+                self._progress = report["progress"]
+            if not self._has_checkpoint and "checkpoint" in report:
+                self._checkpoint, self._has_checkpoint = report["checkpoint"], True
 
     def check(self) -> None:
         """Raise LeaseLost if the lease is gone: call it between steps of a long handler."""
@@ -93,6 +173,8 @@ class Stats:
     completed: int = 0
     failed: int = 0
     released: int = 0
+    #: Handed back to wait (a handler's ``Wait``).
+    waited: int = 0
     #: Outcomes dropped because the lease was gone (heartbeat or completion answered 409).
     lost: int = 0
 
@@ -341,7 +423,17 @@ class Worker:
         if handler is None:
             await self._fail(api, ctx, f"no handler for kind {todo.kind!r} in worker {self.name}", None)
             return
-        beat = asyncio.create_task(self._heartbeat(api, ctx))
+        wake, stop = asyncio.Event(), asyncio.Event()
+        ctx._wake = functools.partial(asyncio.get_running_loop().call_soon_threadsafe, wake.set)
+        beat = asyncio.create_task(self._heartbeat(api, ctx, wake, stop))
+
+        async def end_beat() -> None:
+            # Let a heartbeat on its way land before the outcome: it may carry the last checkpoint, and
+            # the outcome after it would make it a 409. What it has not taken, _send_report sends.
+            stop.set()
+            wake.set()
+            await asyncio.wait([beat])
+
         try:
             args = (todo, ctx) if handler.wants_context else (todo,)
             if handler.is_async:
@@ -350,12 +442,23 @@ class Worker:
                 assert threads is not None
                 result = await threads.run(lambda: handler.function(*args))
         except Release:
+            await end_beat()
             outcome = "release"
+        except Wait as wait:
+            await end_beat()
+            if ctx.lease_lost:
+                self._dropped(ctx)
+            else:
+                await self._send_report(api, ctx)
+                await self._wait(api, ctx, wait)
+            return
         except Exception as exc:  # the handler's failure becomes the todo's error
+            await end_beat()
             if ctx.lease_lost:
                 self._dropped(ctx)
                 return
             retry_in = getattr(exc, "retry_in", None)
+            await self._send_report(api, ctx)
             await self._fail(api, ctx, f"{exc.__class__.__name__}: {exc}", retry_in)
             return
         else:
@@ -367,12 +470,39 @@ class Worker:
         elif outcome == "complete":
             completions.add(ctx, result)
         else:
+            await self._send_report(api, ctx)
             try:
                 await api.release(todo)
                 self.stats.released += 1
             except Conflict as exc:
                 ctx._lose(exc.state)
                 self._dropped(ctx)
+
+    async def _wait(self, api: AsyncClient, ctx: Context, wait: Wait) -> None:
+        try:
+            waiting = await api.wait(ctx.todo, **wait.arguments)
+        except Conflict as exc:
+            ctx._lose(exc.state)
+            self._dropped(ctx)
+            return
+        except SwitchboardError as exc:  # a bad wait (400, 404) fails the todo with the reason
+            await self._fail(api, ctx, f"Wait refused: {exc}", None)
+            return
+        self.stats.waited += 1
+        if wait.on_waiting is not None:
+            try:
+                wait.on_waiting(waiting)
+            except Exception:  # the wait stands; a broken callback is the handler's to fix
+                log.exception("on_waiting of %s raised", ctx.todo.id)
+
+    async def _send_report(self, api: AsyncClient, ctx: Context) -> None:
+        """A checkpoint (or progress) the handler left unsent before it failed or released: the next
+        claimer resumes from it, so it goes first."""
+        if report := ctx._take():
+            try:
+                await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds, **report)
+            except SwitchboardError as exc:
+                log.warning("could not send the last checkpoint of %s (%s)", ctx.todo.id, exc)
 
     def _dropped(self, ctx: Context) -> None:
         if ctx.lost_state != "released":
@@ -389,18 +519,29 @@ class Worker:
         except SwitchboardError as exc:
             log.warning("could not fail %s (%s); its lease will lapse", ctx.todo.id, exc)
 
-    async def _heartbeat(self, api: AsyncClient, ctx: Context) -> None:
-        # A third of the lease: two beats can be lost before it lapses.
+    async def _heartbeat(self, api: AsyncClient, ctx: Context, wake: asyncio.Event, stop: asyncio.Event) -> None:
+        # A third of the lease: two beats can be lost before it lapses. A progress or checkpoint the
+        # handler wants sent now wakes the beat early.
         interval = self.lease_seconds / 3
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), interval)
+            wake.clear()
+            if stop.is_set():
+                return
             started = time.monotonic()
+            report = ctx._take()
             try:
-                await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds)
+                await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds, **report)
             except Conflict as exc:
                 ctx._lose(exc.state or "conflict")
                 return
+            except Invalid as exc:  # a bad progress or checkpoint: dropped, the lease still kept
+                log.warning("heartbeat on %s refused its report (%s); sent without it", ctx.todo.id, exc)
+                with contextlib.suppress(SwitchboardError):
+                    await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds)
             except SwitchboardError as exc:
+                ctx._give_back(report)
                 log.warning("heartbeat on %s failed (%s)", ctx.todo.id, exc)
             interval = max(0.0, self.lease_seconds / 3 - (time.monotonic() - started))
 
