@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from todos import sql, states
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
+from todos.models import MAX_FAIR_KEY_CHARS, Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
@@ -111,12 +111,14 @@ def create(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     priority: int = 0,
+    fair_key: str = "",
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
     Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
     False. ``priority`` orders claims, lower first.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql.py, CLAIM_NEXT).
     """
     try:
         validate_queue_name(queue)
@@ -125,6 +127,10 @@ def create(
     if agent is not None and not agent.may_create_in(queue):
         raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
     _check_priority(priority)
+    if not isinstance(fair_key, str) or len(fair_key) > MAX_FAIR_KEY_CHARS or "\x00" in fair_key:
+        raise InvalidTransitionInput(
+            f"fair_key must be text of at most {MAX_FAIR_KEY_CHARS} characters.", field="fair_key"
+        )
     if run_at is not None and delay_seconds is not None:
         raise InvalidTransitionInput("Give run_at or delay_seconds, not both.", field="run_at")
     if run_at is not None and run_at.tzinfo is None:
@@ -145,6 +151,7 @@ def create(
         "run_at": run_at,
         "delay": delay_seconds,
         "priority": priority,
+        "fair_key": fair_key,
     }
     # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
     for _ in range(5):

@@ -19,6 +19,7 @@ from rest_framework import serializers
 from todos.errors import PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
+    MAX_FAIR_KEY_CHARS,
     MAX_QUEUE_LIMIT,
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -154,6 +155,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at",
             "run_at",
             "priority",
+            "fair_key",
             "result",
             "errors",
             "created_at",
@@ -190,6 +192,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at": _iso(todo.next_retry_at),
             "run_at": _iso(todo.run_at),
             "priority": todo.priority,
+            "fair_key": todo.fair_key,
             "result": todo.result,
             "errors": todo.errors,
             "created_at": _iso(todo.created_at),
@@ -284,6 +287,9 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
     rate_per_second = serializers.FloatField(allow_null=True, help_text="claims a second; null: no limit")
     rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
+    fair = serializers.BooleanField(help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.DictField(child=serializers.FloatField(), help_text="key -> weight; default 1")
+    max_claimed_per_key = serializers.IntegerField(allow_null=True, help_text="live leases per key; null: no cap")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -378,6 +384,14 @@ class TodoCreateInput(StrictInput):
         help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
     )
     priority = PriorityField(default=0)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="On a fair queue, the tenant (repository, customer, user) whose share of claims this todo takes.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -395,6 +409,9 @@ class TodoListFilter(serializers.Serializer[Any]):
     state = serializers.ChoiceField(choices=TodoState.values, required=False)
     kind = serializers.CharField(max_length=100, required=False)
     assignee = serializers.CharField(max_length=100, required=False)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS, required=False, allow_blank=True, trim_whitespace=False
+    )
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
@@ -468,6 +485,15 @@ class CancelInput(StrictInput):
     )
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false (BooleanField would also take "yes", 1 and "on")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be true or false.")
+        return data
+
+
 class QueueLimitsInput(StrictInput):
     """PATCH: only the controls named change; null removes one."""
 
@@ -482,10 +508,20 @@ class QueueLimitsInput(StrictInput):
         allow_null=True,
         help_text="default: one second's worth of the rate (at least 1)",
     )
+    fair = StrictBooleanField(required=False, help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.JSONField(
+        required=False, allow_null=True, help_text="an object from fair_key to weight (above 0; default 1)"
+    )
+    max_claimed_per_key = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
-            raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
+            raise serializers.ValidationError(
+                "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
+                "max_claimed_per_key."
+            )
         return attrs
 
 
@@ -508,6 +544,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "title",
             "payload",
             "priority",
+            "fair_key",
             "max_attempts",
             "active",
             "catch_up",
