@@ -60,11 +60,11 @@ class Version:
     scripts: dict[int, Path] = field(default_factory=dict)
 
 
-def wave1_tree() -> Path:
-    """WAVE1's tree under bench/out/ (extracted once, by git archive)."""
-    dest = h.out_dir() / f"wave1-{WAVE1}"
+def wave1_tree(commit: str = WAVE1) -> Path:
+    """A commit's tree under bench/out/ (extracted once, by git archive)."""
+    dest = h.out_dir() / f"tree-{commit}"
     if not (dest / "manage.py").exists():
-        blob = subprocess.run(["git", "archive", WAVE1], cwd=h.ROOT, capture_output=True, check=True).stdout
+        blob = subprocess.run(["git", "archive", commit], cwd=h.ROOT, capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
             tar.extractall(dest, filter="data")
     return dest
@@ -85,6 +85,22 @@ def wave1_version(server: h.PgServer) -> Version:
     ).stdout
     claim, complete = json.loads(out)
     return Version(f"wave 1 ({WAVE1})", url, claim, complete, today=False)
+
+
+def statements_at(commit: str) -> tuple[str, str]:
+    """CLAIM_NEXT and COMPLETE as todos/sql.py had them at ``commit``."""
+    tree = wave1_tree(commit)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [h.PYTHON, "-c", "import json; from todos import sql; print(json.dumps([sql.CLAIM_NEXT, sql.COMPLETE]))"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    claim, complete = json.loads(out)
+    return claim, complete
 
 
 def today_version(url: str) -> Version:
@@ -263,6 +279,11 @@ def main() -> None:
     parser.add_argument("--no-inproc", action="store_true")
     parser.add_argument("--no-wave1", action="store_true", help="today's rows only (with --fair: fair against plain)")
     parser.add_argument(
+        "--before",
+        default="",
+        help="also this commit's CLAIM_NEXT and COMPLETE on today's schema (before/after a change, one run)",
+    )
+    parser.add_argument(
         "--without-index",
         default="",
         help="also today's statements on a copy of today's schema without this index (what one index costs)",
@@ -285,6 +306,9 @@ def main() -> None:
     today = today_version(today_url)
     versions = [] if args.no_wave1 else [wave1_version(server)]
     versions.append(today)
+    if args.before:
+        claim, complete = statements_at(args.before)
+        versions.append(Version(f"today's schema, {args.before}'s statements", today_url, claim, complete, True))
     if args.without_index:
         url = server.create_database(h.scratch_db("claimcost_without"))
         h.migrate(url)
