@@ -432,13 +432,32 @@ SELECT * FROM claimed
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
 # the reaper dead-lettered at its cap: only an operator revives a dead-letter (SPEC decision 1).
+# Such a revival makes one more live lease in its queue, so it obeys the queue's controls as a claim
+# does: never in a paused queue, never past max_claimed (counted by todos_live_leases() under the
+# queue row's lock, as _queue_quotas counts). Rate limits meter new work handed out; a revival hands
+# out none (the same receive, the same attempt), so it takes no token. Refused, it changes nothing:
+# queue.heartbeat answers 409 with the reason. A live lease's heartbeat reads no queue row.
+_REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
+    WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
 HEARTBEAT = f"""
+WITH revival AS MATERIALIZED (
+    SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
+    FOR UPDATE OF q
+),
+-- max_claimed_per_key too (issue 22): the key is locked as a claim by id locks it (todos_fair_lock_key).
+may_revive AS MATERIALIZED (
+    SELECT NOT paused AND (max_claimed IS NULL OR todos_live_leases(name) < max_claimed)
+        AND (max_claimed_per_key IS NULL OR EXISTS (SELECT FROM todos_fair_lock_key(
+            name, (SELECT fair_key FROM todos_todo WHERE id = %(id)s), max_claimed_per_key, true))) AS ok
+    FROM revival
+)
 UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
+WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
+    OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))
 RETURNING {_TODO_COLUMNS}
 """
 

@@ -229,6 +229,7 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
             "too_large",
             "internal",
             "unavailable",
+            "timeout",
         ]
     )
     detail = serializers.CharField()
