@@ -372,9 +372,12 @@ fair_taken AS MATERIALIZED (
     FROM chosen JOIN fair_rooms r ON r.queue = chosen.queue AND r.key = chosen.fair_key
     GROUP BY 1, 2, 3, 4
 ),
+-- An UPDATE, not an upsert: a key registered by this very statement (todos_fair_lock_key, fair_register) is
+-- not in its snapshot, and an upsert of it would fail ("cannot affect row a second time"); such a key keeps
+-- pass 0 and starts at the round at its next claim as well (one turn early, once).
 fair_state AS (
-    INSERT INTO todos_fairkey (queue, key, vtime) SELECT queue, key, start + n / weight FROM fair_taken
-    ON CONFLICT (queue, key) DO UPDATE SET vtime = EXCLUDED.vtime
+    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight
+    FROM fair_taken ft WHERE k.queue = ft.queue AND k.key = ft.key
 ),
 fair_round AS (
     UPDATE todos_queue q SET fair_round = r.round
