@@ -109,6 +109,7 @@ def pgbench_statements(claim_like: list[str], visible_like: list[str]) -> tuple[
             "delay": "NULL",
             "priority": "0",
             "fair_key": "''",
+            "traceparent": "NULL",
         },
     )
     return f"{claim}\n\\gset\n{complete};\n", f"{create};\n"

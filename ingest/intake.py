@@ -1,6 +1,7 @@
 """Store-then-ack: parse a verified delivery, then in ONE transaction insert its event (a redelivery
-inserts nothing) and create its todos. The receiver answers 2xx only after this returns, i.e. after
-the commit; any failure inside rolls back the event and every todo together."""
+inserts nothing), create its todos and resolve the waits it matches (todos/queue.py, resolve_events). The
+receiver answers 2xx only after this returns, i.e. after the commit; any failure inside rolls back the
+event, every todo and every resolution together."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from events.models import Event, new_event_id
 from ingest.errors import DeliveryBusy, InvalidDelivery
 from ingest.models import Route
 from ingest.routing import route_event
+from todos import queue, tracing
 
 logger = logging.getLogger("ingest")
 
@@ -82,10 +84,12 @@ def store_and_route(
     headers: dict[str, str],
     routes: list[Route],
     savepoint: bool = True,
+    traceparent: str | None = None,
 ) -> Outcome:
     """Insert the event and make its todos in one transaction, or recognise a redelivery and make nothing.
     Inside a caller's transaction this is a savepoint, unless ``savepoint=False``: then a failure here
-    aborts the caller's whole transaction (a batch that saves two round trips per delivery for it)."""
+    aborts the caller's whole transaction (a batch that saves two round trips per delivery for it).
+    The todos keep the sender's ``traceparent``, or a trace this delivery starts (todos/tracing.py)."""
     event_id = new_event_id()
     params: dict[str, str | Jsonb] = {
         "id": event_id,
@@ -95,7 +99,7 @@ def store_and_route(
         "payload": Jsonb(payload),
         "headers": Jsonb(headers),
     }
-    with transaction.atomic(savepoint=savepoint):
+    with tracing.delivery(source, event_type, traceparent) as trace, transaction.atomic(savepoint=savepoint):
         # A second pass only if the stored original vanished (purged) between our INSERT and the read.
         for _ in range(3):
             with connection.cursor() as cursor:
@@ -119,5 +123,10 @@ def store_and_route(
             headers=headers,
             received_at=row[0],
         )
-        routed = route_event(event, routes)
+        routed = route_event(event, routes, traceparent=trace)
+        # The waits this event resolves, in the transaction that stores it: a redelivery (which stored
+        # nothing above) resolves nothing, and a rollback undoes both.
+        queue.resolve_events(
+            event_id=event_id, source=source, event_type=event_type, payload=payload, received_at=row[0]
+        )
     return Outcome(event_id=event_id, todo_ids=[r.todo.id for r in routed], duplicate=False)

@@ -89,10 +89,10 @@ def active_routes(source_slug: str) -> list[Route]:
     return list(Route.objects.filter(source__slug=source_slug, is_active=True).order_by("id"))
 
 
-def route_event(event: Event, routes: Iterable[Route]) -> list[Routed]:
-    """One todo per matching route (existing runnable todos are returned, not duplicated). Call inside
-    the caller's transaction: a route that cannot make its todo raises RoutingFailed, and the caller
-    rolls the whole delivery back."""
+def route_event(event: Event, routes: Iterable[Route], *, traceparent: str | None = None) -> list[Routed]:
+    """One todo per matching route (existing runnable todos are returned, not duplicated), each in the
+    delivery's trace. Call inside the caller's transaction: a route that cannot make its todo raises
+    RoutingFailed, and the caller rolls the whole delivery back."""
     routed = []
     for route in routes:
         if not route.matches(event.type):
@@ -112,6 +112,7 @@ def route_event(event: Event, routes: Iterable[Route]) -> list[Routed]:
                 delay_seconds=route.delay_seconds or None,
                 priority=route.priority,
                 fair_key=render_title(route.fair_key_template, event.payload, max_length=MAX_FAIR_KEY_CHARS),
+                traceparent=traceparent,
             )
         except QueueError as exc:
             raise RoutingFailed(f"Route {route.id} could not make its todo: {exc.detail}") from exc

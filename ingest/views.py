@@ -86,6 +86,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
             payload=payload,
             headers=verified.headers,
             routes=list(source.routes.filter(is_active=True).order_by("id")),
+            traceparent=request.headers.get("traceparent"),
         )
     except IngestError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)

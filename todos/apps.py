@@ -7,6 +7,8 @@ class TodosConfig(AppConfig):
 
     def ready(self) -> None:
         from switchboard.metrics import register_scrape_collector
+        from todos import tracing
         from todos.metrics import queue_state_collector
 
         register_scrape_collector(queue_state_collector())
+        tracing.configure()  # off unless the OTEL_* variables ask for it

@@ -6,9 +6,10 @@ series are sql.PER_MINUTE. Every number comes from an aggregate that one index s
 rows, docs/benchmarks.md):
   pending count and oldest      todo_pending_claim_scan (queue, priority, run_at) WHERE pending
   claimed count                 todo_claimed_lease_expiry (few rows: one per working agent)
-  retry-waiting count           todo_retry_due (few rows: bounded by the retry window)
+  retry-waiting count           todo_retry_queue_due (few rows: bounded by the retry window)
   dead-letter count             todo_dead_letters (queue, updated_at) WHERE dead
   scheduled count               todo_scheduled_due (queue, run_at) WHERE scheduled
+  waiting count                 todo_waiting (queue) WHERE waiting
   completions per minute        todo_done_recent (completed_at) WHERE done, last hour only
   failures per minute           todo_failed_recent (updated_at) WHERE failed, last hour only
 
@@ -42,6 +43,7 @@ class QueueHealth:
     retry_waiting: int = 0
     dead: int = 0
     scheduled: int = 0
+    waiting: int = 0
     cancelled: int = 0
     paused: bool = False
     limits: str = ""  # "max 3 · 20/s burst 5", or empty for an unlimited queue
@@ -83,6 +85,7 @@ def queue_health(minutes: int = MINUTES) -> tuple[list[QueueHealth], datetime]:
             health.retry_waiting, health.dead = stats.retry_waiting, stats.dead_letters
             health.oldest_pending = stats.oldest_pending
             health.scheduled = stats.scheduled
+            health.waiting = stats.waiting
         if stats.queue in queues:
             health = queues[stats.queue]
             health.cancelled, health.paused, health.limits = (
@@ -136,6 +139,7 @@ def _totals(queues: list[QueueHealth]) -> QueueHealth:
         total.retry_waiting += q.retry_waiting
         total.dead += q.dead
         total.scheduled += q.scheduled
+        total.waiting += q.waiting
         total.cancelled += q.cancelled
         if q.oldest_pending and (total.oldest_pending is None or q.oldest_pending < total.oldest_pending):
             total.oldest_pending = q.oldest_pending
@@ -178,6 +182,7 @@ def dashboard_json(request: HttpRequest) -> JsonResponse:
                     "retry_waiting": q.retry_waiting,
                     "dead_letters": q.dead,
                     "scheduled": q.scheduled,
+                    "waiting": q.waiting,
                     "cancelled": q.cancelled,
                     "paused": q.paused,
                     "limits": q.limits,

@@ -126,13 +126,13 @@ def count_lapsed_claims(todos: Iterable[Todo]) -> None:
 
 # --- Read from the database at scrape time ---------------------------------------------------------
 
-LIVE_STATES = ("pending", "claimed", "failed", "scheduled")
+LIVE_STATES = ("pending", "claimed", "failed", "scheduled", "waiting")
 
 
 def gauge_values() -> dict[str, dict[str, float]]:
-    """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "scheduled", "oldest_pending_age"}} for every
-    queue, from todos/selectors.queue_stats (the statement the API and the dashboard read too). Done
-    todos are history, not queue state, and are not counted; the completion rate is
+    """{queue: {"pending", "claimed", "failed", "dead", "retry_waiting", "scheduled", "waiting",
+    "oldest_pending_age"}} for every queue, from todos/selectors.queue_stats (the statement the API and the
+    dashboard read too). Done todos are history, not queue state, and are not counted; the completion rate is
     rate(switchboard_todo_transitions_total{verb="complete",outcome="ok"})."""
     from todos import selectors
 
@@ -142,6 +142,7 @@ def gauge_values() -> dict[str, dict[str, float]]:
             "claimed": s.claimed,
             "retry_waiting": s.retry_waiting,
             "scheduled": s.scheduled,
+            "waiting": s.waiting,
             "dead": s.dead_letters,
             "failed": s.failed,
             "oldest_pending_age": max(0.0, s.oldest_pending_age_seconds or 0.0),

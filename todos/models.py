@@ -22,8 +22,9 @@ from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Q
-from django.db.models.functions import Now, Upper
+from django.db.models import F, Func, Q
+from django.db.models.fields.json import KT
+from django.db.models.functions import Left, Now, Upper
 
 from todos import states
 from todos.states import TodoState
@@ -90,6 +91,19 @@ MAX_FAIR_KEY_CHARS = 200
 RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
 
 
+# The triage view groups dead-letters by their last error's first this many characters: enough to tell
+# "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
+# still mostly falls in one group.
+LAST_ERROR_CHARS = 120
+
+
+def last_error() -> Func:
+    """The newest entry of ``errors`` (``errors #>> '{-1,error}'``), cut to LAST_ERROR_CHARS: the admin's
+    list column, its triage groups and its last-error filter all use this one expression, and the index
+    todo_dead_last_error is built on it (a different expression would not be served by it)."""
+    return Left(KT("errors__-1__error"), LAST_ERROR_CHARS)
+
+
 class Todo(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_todo_id, editable=False)
     queue = models.CharField(max_length=200, validators=[validate_queue_name])
@@ -122,6 +136,24 @@ class Todo(models.Model):
     # Fair share (issue 22): on a fair queue, claims take keys in weighted round robin (todos/sql.py,
     # CLAIM_NEXT); "" is a key like any other. Ignored by other queues.
     fair_key = models.CharField(max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", db_default="")
+    # While waiting (issue 20): what it waits for, as the waiter gave it (never a token). The matching
+    # machinery is in Waitpoint. resolution: how the last wait ended ({by, at, data | event | todos}),
+    # kept until the next wait so that the next claim reads it.
+    waiting_for = models.JSONField(null=True, blank=True)
+    resolution = models.JSONField(null=True, blank=True)
+    # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
+    # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
+    # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
+    # for the waiter's lock) and takes itself off each waiter's list: no lookup, no gap, and a todo that
+    # finishes twice (a dead-letter retried) is taken off once (todos/sql.py, _finishing).
+    awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
+    # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    # The W3C trace context the todo's work belongs to (sent on create, or started by its delivery).
+    traceparent = models.CharField(max_length=55, null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 
@@ -174,11 +206,23 @@ class Todo(models.Model):
             # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
             # them for every claim of a queue with max_claimed, from this index alone.
             models.Index(fields=["queue", "lease_expires_at"], condition=states.CLAIMED.q, name="todo_live_leases"),
-            # promote_due_retries and claim_next's due-retry branch.
+            # promote_due_retries (the reaper): due retries of every queue, in due order.
             models.Index(
                 fields=["next_retry_at"],
                 condition=states.RETRY_WAITING.q,
                 name="todo_retry_due",
+            ),
+            # The same rows per queue (migration 0019): claim_next's due-retry branch and the long-poll's
+            # next due retry (one descent per queue, as for scheduled todos), and queue_stats()'s
+            # retry-waiting count (an index-only scan of the caller's queues). todo_retry_due served them
+            # by walking every queue's retries. Retry-waiting rows are few (the retry window), so two
+            # partial indexes of them cost little. NULLS FIRST (the column is never null here) so that
+            # only this index yields their order, as for todo_pending_claim_scan.
+            models.Index(
+                F("queue"),
+                F("next_retry_at").asc(nulls_first=True),
+                condition=states.RETRY_WAITING.q,
+                name="todo_retry_queue_due",
             ),
             # Dead-letter triage (admin filter, API dead=true, queue counts).
             models.Index(
@@ -203,6 +247,18 @@ class Todo(models.Model):
                 condition=Q(assignee__isnull=False),
                 name="todo_admin_assignee_recent",
             ),
+            # The admin's last-error filter on dead-letters (one triage group, and the every-matching
+            # actions on it): an index lookup instead of reading every dead-letter's errors (migration 0019).
+            models.Index(last_error(), condition=states.DEAD_LETTER.q, name="todo_dead_last_error"),
+            # The admin's exact searches (migration 0019): owner:NAME, newest first, and key:K, whatever
+            # the todo's state (todo_runnable_idempotency_key holds only runnable todos' keys). Both were
+            # sequential scans at 1M rows (bench/admin_changelist.py).
+            models.Index(
+                fields=["owner", "created_at"],
+                condition=Q(owner__isnull=False),
+                name="todo_admin_owner_recent",
+            ),
+            models.Index(fields=["idempotency_key"], condition=Q(idempotency_key__isnull=False), name="todo_admin_key"),
             # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
             # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
             models.Index(fields=["completed_at"], condition=states.DONE.q, name="todo_done_recent"),
@@ -214,6 +270,8 @@ class Todo(models.Model):
             models.Index(
                 fields=["completed_at"], include=["queue"], condition=states.CANCELLED.q, name="todo_cancelled_recent"
             ),
+            # queue_stats()'s waiting count and the admin's Waiting filter (state = waiting).
+            models.Index(fields=["queue"], condition=states.WAITING.q, name="todo_waiting"),
             # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
             # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
             # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
@@ -230,6 +288,54 @@ class Todo(models.Model):
     @property
     def is_scheduled(self) -> bool:
         return states.SCHEDULED.holds(self)
+
+
+class OnTimeout(models.TextChoices):
+    # What a wait's timeout does: runnable again (resolution timed_out), or a failure that counts.
+    PENDING = "pending", "pending"
+    FAIL = "fail", "fail"
+
+
+class Waitpoint(models.Model):
+    """A todo's latest wait (issue 20): what resolves it, indexed for each kind of resolver while it is open,
+    and its timeout. Whatever resolves it or times it out sets resolved_at and moves the todo, in one
+    guarded statement (todos/sql.py), so two resolvers of one wait cannot both win; the closed row stays so
+    that a second resolve of a token is told apart (409) from an unknown token (404). A new wait of the
+    same todo replaces its row. Not a foreign key: retention deletes todos in SQL. A wait whose todo left
+    waiting another way (cancel) is closed by the next resolver or the timeout sweep, harmlessly."""
+
+    todo_id = models.CharField(primary_key=True, max_length=40)
+    queue = models.CharField(max_length=200)
+    created_at = models.DateTimeField(db_default=Now())
+    timeout_at = models.DateTimeField()
+    on_timeout = models.CharField(max_length=10, choices=OnTimeout.choices, default=OnTimeout.PENDING)
+    # for {"token": true}: SHA-256 of the token (hash_token), shown once to the waiter.
+    token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # for {"event": ...}: the source's slug, the type glob as a LIKE pattern, the whole match as a nested
+    # object (checked by containment), and event_key: a hash of (source, one path, its value) that a
+    # delivery computes for each of its scalar leaves, so matching is an index lookup per leaf, not a scan.
+    event_source = models.CharField(max_length=100, null=True, blank=True)
+    event_type_like = models.CharField(max_length=300, null=True, blank=True)
+    event_match = models.JSONField(null=True, blank=True)
+    event_key = models.CharField(max_length=32, null=True, blank=True)
+    # for {"todos": [ids]}: nothing here but the timeout (the edges and the count are on the todos' rows).
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Each index holds open waits only: closed ones cost the resolvers nothing.
+        indexes = [
+            # the reaper's time_out_waits: due timeouts in order.
+            models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
+            # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
+            models.Index(
+                fields=["event_key"],
+                condition=Q(event_key__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_event_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"wait of {self.todo_id}"
 
 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo

@@ -17,13 +17,22 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from todos import sql, states
+from todos import selectors, sql, states, tracing, waitpoints
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import MAX_FAIR_KEY_CHARS, Agent, Todo, TodoState, glob_to_like, new_todo_id, validate_queue_name
+from todos.models import (
+    MAX_FAIR_KEY_CHARS,
+    Agent,
+    Todo,
+    TodoState,
+    glob_to_like,
+    hash_token,
+    new_todo_id,
+    validate_queue_name,
+)
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
@@ -46,10 +55,13 @@ class ReapResult:
     dead_lettered: int = 0
     retries_promoted: int = 0
     scheduled_promoted: int = 0
+    waits_timed_out: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted
+        return (
+            self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted + self.waits_timed_out
+        )
 
 
 def _check_priority(priority: Any) -> None:
@@ -128,6 +140,7 @@ def create(
     delay_seconds: float | None = None,
     priority: int = 0,
     fair_key: str = "",
+    traceparent: str | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
     Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
@@ -170,19 +183,22 @@ def create(
         "delay": delay_seconds,
         "priority": priority,
         "fair_key": fair_key,
+        "traceparent": traceparent,
     }
-    # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
-    for _ in range(5):
-        inserted = fetch_todos(sql.CREATE, params)
-        if inserted:
-            return inserted[0], True
-        existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
-        if existing:
-            return existing[0], False
+    with tracing.creating(traceparent, queue) as params["traceparent"]:
+        # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
+        for _ in range(5):
+            inserted = fetch_todos(sql.CREATE, params)
+            if inserted:
+                return inserted[0], True
+            existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
+            if existing:
+                return existing[0], False
     raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
 
 
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
+@tracing.traced("claim")
 def claim_next(
     *,
     agent: Agent,
@@ -213,10 +229,12 @@ def claim_next(
     )
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
+    selectors.show_awaited(todos)
     return todos
 
 
 @counted("claim")
+@tracing.traced("claim")
 def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, worker: str | None = None) -> Todo:
     """pending (or lapsed, retry-due, scheduled and due) -> claimed, for this one todo."""
     rows = fetch_todos(
@@ -232,6 +250,7 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
     )
     if rows:
         count_lapsed_claims(rows)
+        selectors.show_awaited(rows)
         return rows[0]
     raise _miss(todo_id, agent, "claim")
 
@@ -249,14 +268,32 @@ def _with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease
 
 
 @counted("heartbeat")
-def heartbeat(todo_id: str, *, agent: Agent, lease_id: str, lease_seconds: float | None = None) -> Todo:
-    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt."""
+@tracing.traced("heartbeat")
+def heartbeat(
+    todo_id: str,
+    *,
+    agent: Agent,
+    lease_id: str,
+    lease_seconds: float | None = None,
+    progress: JSON = None,
+    checkpoint: JSON = None,
+) -> Todo:
+    """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt. ``progress`` and
+    ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next)."""
     return _with_receipt(
-        sql.HEARTBEAT, "heartbeat", todo_id, agent, lease_id, lease_seconds=_lease_seconds(lease_seconds)
+        sql.HEARTBEAT,
+        "heartbeat",
+        todo_id,
+        agent,
+        lease_id,
+        lease_seconds=_lease_seconds(lease_seconds),
+        progress=Jsonb(progress) if progress is not None else None,
+        checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
     )
 
 
 @counted("complete")
+@tracing.traced("complete")
 def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
     """claimed -> done. Needs the current receipt."""
     return _with_receipt(
@@ -264,6 +301,7 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) 
     )
 
 
+@tracing.traced("complete")
 def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> list[Todo | TodoNotFound | TodoConflict]:
     """complete for a batch of (todo_id, lease_id, result) in one statement; one outcome per item, in order."""
     items = list(items)
@@ -295,6 +333,7 @@ def complete_many(items: Iterable[tuple[str, str, JSON]], *, agent: Agent) -> li
 
 
 @counted("fail", lambda todo: "dead_lettered" if states.DEAD_LETTER.holds(todo) else "retry_scheduled")
+@tracing.traced("fail")
 def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in_seconds: float | None = None) -> Todo:
     """claimed -> failed: a retry is scheduled below the cap, a dead-letter at it. Needs the current receipt."""
     return _with_receipt(
@@ -311,6 +350,7 @@ def fail(todo_id: str, *, agent: Agent, lease_id: str, error: str = "", retry_in
 
 
 @counted("release")
+@tracing.traced("release")
 def release(todo_id: str, *, agent: Agent, lease_id: str) -> Todo:
     """claimed -> pending, giving the attempt back. Needs the current receipt."""
     return _with_receipt(sql.RELEASE, "release", todo_id, agent, lease_id)
@@ -337,7 +377,7 @@ def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "",
 
 def requeue_lapsed(*, batch: int) -> LapseResult:
     """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
-    swept = [state for _, _, state in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
+    swept = [state for _, _, state, _ in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
     dead = swept.count(states.TodoState.FAILED)
     if swept:
         LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(swept) - dead)
@@ -372,8 +412,8 @@ def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
 
 
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
-    """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, batch after
-    batch until none are left (or ``should_stop()`` says so between batches)."""
+    """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, then waits past
+    their timeout, batch after batch until none are left (or ``should_stop()`` says so between batches)."""
     requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
@@ -383,7 +423,14 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
             break
     promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
     scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
-    return ReapResult(requeued=requeued, dead_lettered=dead, retries_promoted=promoted, scheduled_promoted=scheduled)
+    timed_out = _in_batches(lambda: time_out_waits(batch=batch), batch, should_stop)
+    return ReapResult(
+        requeued=requeued,
+        dead_lettered=dead,
+        retries_promoted=promoted,
+        scheduled_promoted=scheduled,
+        waits_timed_out=timed_out,
+    )
 
 
 @counted_batch("retry_dead_letter")
@@ -470,12 +517,14 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None)
 
 
 @counted_batch("cancel")
+@tracing.traced("cancel")
 def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
     """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
     return _cancel(ids, operator, reason, agent)
 
 
 @counted("cancel")
+@tracing.traced("cancel")
 def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
     """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
     worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
@@ -523,3 +572,135 @@ def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> 
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "change the priority of")
+
+
+# --- Waits (issue 20): todos/waitpoints.py parses what a wait is for; todos/sql.py has the statements. ---
+
+
+@counted("wait")
+@tracing.traced("wait")
+def wait(
+    todo_id: str,
+    *,
+    agent: Agent,
+    lease_id: str,
+    wait_for: Any,
+    timeout_seconds: Any,
+    on_timeout: Any = "pending",
+) -> tuple[Todo, str | None]:
+    """claimed -> waiting, giving the lease and the attempt back (as release), until what ``wait_for``
+    names resolves it or ``timeout_seconds`` pass. Returns the todo and, for a token wait, the token (shown
+    this once: only its hash is stored). Needs the current receipt. A wait on todos that have all finished
+    resolves at once."""
+    spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
+    timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
+    if spec.kind == "todos":
+        visible = {todo_id for todo_id, _ in fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)})}
+        missing = [i for i in spec.todo_ids if i not in visible]
+        if missing:
+            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
+    token = waitpoints.new_token() if spec.kind == "token" else None
+    params = {
+        "waiting_for": Jsonb(spec.shown),
+        "timeout": timeout,
+        "on_timeout": on_timeout,
+        "hash": hash_token(token) if token else None,
+        "source": spec.source,
+        "type_like": spec.type_like,
+        "match": Jsonb(spec.match) if spec.match is not None else None,
+        "key": spec.key,
+    }
+    if spec.kind != "todos":
+        return _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
+    with transaction.atomic():
+        todo = _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
+        return _attach_awaited(todo.id, spec.todo_ids) or todo, None
+
+
+def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
+    """Within the transaction that made ``waiter_id`` waiting: make it wait for ``ids`` (their unfinished
+    ones; none: it is resolved at once, and returned)."""
+    rows = fetch_todos(sql.ATTACH_AWAITED, {"id": waiter_id, "ids": ids})
+    return rows[0] if rows else None
+
+
+@counted("resolve")
+@tracing.traced("resolve")
+def resolve_token(token: str, *, data: JSON = None) -> Todo:
+    """waiting -> pending, by the token of a ``{"token": true}`` wait; the token is the only credential.
+    Resolves once: a second resolve is a conflict, an unknown token not found."""
+    digest = hash_token(token)
+    rows = fetch_todos(sql.RESOLVE_TOKEN, {"hash": digest, "data": Jsonb(data)})
+    if rows:
+        return rows[0]
+    found = fetchall(sql.WAITPOINT_BY_HASH, {"hash": digest})
+    if not found:
+        raise TodoNotFound("No waitpoint has this token.")
+    state = Todo.objects.filter(pk=found[0][0]).values_list("state", flat=True).first() or "unknown"
+    raise TodoConflict("This waitpoint was resolved already (or its todo no longer waits).", state=state)
+
+
+@counted("resolve")
+@tracing.traced("resolve")
+def resolve(
+    todo_id: str,
+    *,
+    by: str,
+    data: JSON = None,
+    agent: Agent | None = None,
+    verdict: str | None = None,
+    note: str = "",
+) -> Todo:
+    """waiting -> pending, whatever it waits for: an agent whose scopes cover the queue (``agent``), or an
+    operator (``agent`` None, ``verdict`` "approved" or "rejected" with a ``note``). ``by`` names who."""
+    detail: dict[str, Any] = {"data": data, "resolved_by": by}
+    kind = "agent" if agent is not None else "operator"
+    if verdict is not None:
+        if verdict not in ("approved", "rejected"):
+            raise InvalidTransitionInput("verdict must be 'approved' or 'rejected'.", field="verdict")
+        detail.update(verdict=verdict, note=note)
+    rows = fetch_todos(
+        sql.RESOLVE_MANUAL, {"id": todo_id, "visible": _visible(agent), "by": kind, "detail": Jsonb(detail)}
+    )
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "resolve")
+
+
+@tracing.traced("resolve")
+def resolve_events(*, event_id: str, source: str, event_type: str, payload: JSON, received_at: datetime) -> list[Todo]:
+    """waiting -> pending for every open wait this stored event matches (called in the transaction that
+    stores it, so a redelivery, which stores nothing, resolves nothing). Index lookups, one per scalar
+    leaf of the payload (todos/waitpoints.py), never a scan of the waits."""
+    todos = fetch_todos(
+        sql.RESOLVE_EVENTS,
+        {
+            "keys": waitpoints.delivery_keys(source, payload),
+            "source": source,
+            "type": event_type,
+            "payload": Jsonb(payload),
+            "received_at": received_at,
+            "event_id": event_id,
+        },
+    )
+    if todos:
+        TRANSITIONS.labels(verb="resolve", outcome="ok").inc(len(todos))
+    return todos
+
+
+def time_out_waits(*, batch: int) -> int:
+    """One batch of waits past their timeout: -> pending (timed_out), or for on_timeout "fail" a failure
+    that counts toward the attempts (a retry below the cap, a dead-letter at it)."""
+    timed_out = len(
+        fetchall(
+            sql.TIME_OUT_WAITS,
+            {
+                "batch": batch,
+                "backoff_base": float(settings.QUEUE_RETRY_BASE_SECONDS),
+                "backoff_cap": float(settings.QUEUE_RETRY_CAP_SECONDS),
+            },
+        )
+    )
+    if timed_out:
+        TRANSITIONS.labels(verb="wait_timeout", outcome="ok").inc(timed_out)
+    return timed_out

@@ -37,7 +37,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, fair_key"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
+    progress, checkpoint, traceparent, fair_key"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -75,6 +76,83 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
 
+# A resolved todo is runnable at once (scheduled instead if a dependency of a future run_at, never
+# claimed, is what it waited for: that is the only shape a scheduled todo may have). ``by`` and ``detail``
+# are SQL: who resolved it and the jsonb merged into its resolution.
+def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t", when: str | None = None) -> str:
+    """The SET list that resolves a waiting todo; with ``when``, only rows for which it holds (others keep
+    their values: for a statement that also updates rows it does not resolve)."""
+
+    def only(value: str, column: str) -> str:
+        return value if when is None else f"CASE WHEN {when} THEN {value} ELSE {alias}.{column} END"
+
+    state = (
+        f"CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}' "
+        f"ELSE '{S.TodoState.PENDING}' END"
+    )
+    entry = f"""{alias}.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by}))"""
+    return f"""
+    state = {only(state, "state")},
+    waiting_for = {only("NULL", "waiting_for")},
+    resolution = {only(f"jsonb_build_object('by', {by}, 'at', now()) || {detail}", "resolution")},
+    errors = {only(entry, "errors")},
+    updated_at = {only("now()", "updated_at")}"""
+
+
+# What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
+FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
+
+# For the hook below, on a waiter p (its latest version) and f.ids, the todos of this statement that
+# finished and name p in their awaited_by: whether its current wait is for any of them (awaited_left is
+# set by each wait on todos and cleared by any other wait, so an edge left by an earlier wait counts for
+# nothing), what is left once they are taken off, and whether that is nothing.
+_COUNTS = f"({S.WAITING.sql('p')} AND p.awaited_left && f.ids)"
+_LEFT = "ARRAY(SELECT x FROM unnest(p.awaited_left) x WHERE x <> ALL(f.ids))::varchar(40)[]"
+_RESOLVES = f"({_COUNTS} AND cardinality({_LEFT}) = 0)"
+
+
+def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
+    """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue and awaited_by) whose
+    rows may finish todos that others wait for (``finished``: a condition on its rows, alias c). In the
+    same statement each waiter named in a finished row's awaited_by takes it off its awaited_left; one
+    left with nothing becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
+    that satisfy ``notify_when`` and of every todo it woke; returns ``changed``'s rows. ``before``: CTEs
+    that ``changed`` reads (a WITH cannot nest a data-modifying one).
+
+    Why this cannot miss a wake: awaited_by comes from the row this statement updated, in its latest
+    version (a statement that waited for a lock re-reads the row), and queue.wait writes the edge by
+    updating that row. So either the wait's write came first and the finishing statement sees the edge,
+    or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
+    waiter's row is found by id, and its latest version is what the CASEs read (its state, its list):
+    siblings finishing concurrently take its lock in turn and each takes itself off the last list. Most todos
+    have no awaited_by: the hook then costs nothing but an empty unnest."""
+    return f"""
+WITH {before}changed AS ({changed}),
+woken AS (
+    UPDATE todos_todo p SET
+        awaited_left = CASE WHEN {_COUNTS} THEN {_LEFT} ELSE p.awaited_left END,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', p.waiting_for->'todos')", "p", when=_RESOLVES)}
+    FROM (
+        SELECT w.waiter, array_agg(c.id) AS ids
+        FROM changed c CROSS JOIN LATERAL unnest(c.awaited_by) AS w(waiter)
+        WHERE {finished}
+        GROUP BY w.waiter
+    ) f
+    WHERE p.id = f.waiter AND p.id NOT IN (SELECT id FROM changed)
+    RETURNING p.queue, p.state
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM (
+        SELECT queue FROM changed WHERE {notify_when}
+        UNION ALL SELECT queue FROM woken WHERE {S.PENDING.sql("woken")}
+    ) q GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
 # create: -> pending, or -> scheduled when run_at is in the future. A row comes back only if it was
 # inserted; none means a runnable todo with the same (queue, idempotency_key) exists (read it with
 # RUNNABLE_BY_KEY). The queue's name is registered by the todo table's trigger (migration 0009), in the
@@ -82,10 +160,10 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 CREATE = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, fair_key)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, traceparent, fair_key)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
     %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s,
-    %(fair_key)s)
+    %(traceparent)s, %(fair_key)s)
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
@@ -198,8 +276,9 @@ bucket AS (
 #  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
 #    keeps at most that many per queue across the branches, in claim order. With no limited queue among
 #    the caller's, ``chosen`` is wave 1's: the candidates in claim order.
-#  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
-#    partial indexes in expiry/due order.
+#  * Due retries come from todo_retry_queue_due, one descent per queue as for scheduled todos (migration
+#    0019). Lapsed leases are few (the reaper keeps them so); they come from their partial index in
+#    expiry order.
 #  * The branches other than pending are taken in time order and their rows compete with pending ones in
 #    claim order: until the reaper moves them to pending (within a sweep), a more urgent one further down
 #    such a branch may wait behind a less urgent one above it; taking them by priority would mean sorting
@@ -318,12 +397,18 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
-    WHERE {S.RETRY_DUE.sql("t")}
-      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-    ORDER BY t.next_retry_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT d.id, d.queue, d.priority, d.run_at, d.fair_key FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
+        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
+        -- a generic plan once read every due retry of every queue through that index and sorted them.
+        ORDER BY t.next_retry_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) d
 ),
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
@@ -442,6 +527,8 @@ SELECT * FROM claimed
 # queue.heartbeat answers 409 with the reason. A live lease's heartbeat reads no queue row.
 _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
     WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
+# Progress and checkpoint (NULL: not sent, keep the last) are written only under the receipt, so a
+# stale worker can never overwrite the current attempt's.
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
     SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
@@ -458,6 +545,8 @@ UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
+    progress = COALESCE(%(progress)s::jsonb, progress),
+    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
     OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))
@@ -469,7 +558,8 @@ RETURNING {_TODO_COLUMNS}
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
 # complete: -> done.
-COMPLETE = f"""
+COMPLETE = _finishing(
+    f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -480,10 +570,13 @@ UPDATE todos_todo SET
     next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    finished="true",
+)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
-COMPLETE_MANY = f"""
+COMPLETE_MANY = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = items.result,
@@ -496,13 +589,15 @@ FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS ite
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
-"""
+""",
+    finished="true",
+)
 
 # fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
 # dead-letter (SPEC decision 4).
-FAIL = _notifying(
+FAIL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'failed',
@@ -519,7 +614,8 @@ UPDATE todos_todo t SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    when=S.RETRY_DUE.sql(),
+    finished="c.state = 'failed' AND c.next_retry_at IS NULL",
+    notify_when=S.RETRY_DUE.sql(),
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
@@ -562,7 +658,7 @@ RETURNING {_TODO_COLUMNS}
 # requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
 # Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
-REQUEUE_LAPSED = _notifying(
+REQUEUE_LAPSED = _finishing(
     f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
@@ -578,9 +674,10 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state
+RETURNING t.id, t.queue, t.state, t.awaited_by
 """,
-    when=S.PENDING.sql(),
+    finished="c.state = 'failed'",
+    notify_when=S.PENDING.sql(),
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
@@ -657,7 +754,8 @@ RETURNING {_TODO_COLUMNS}
 # and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
 # done frees the idempotency key, so this can never collide with a newer runnable todo.
-DISCARD = f"""
+DISCARD = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
@@ -669,7 +767,9 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-"""
+""",
+    finished="true",
+)
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
 # a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
@@ -696,7 +796,8 @@ RETURNING {_TODO_COLUMNS}
 # cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
 # idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
 # max_claimed (cancels are rare; the few needless wakes cost nothing).
-CANCEL = _notifying(f"""
+CANCEL = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'cancelled',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -709,7 +810,10 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-""")
+""",
+    finished="true",
+    notify_when="true",
+)
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
@@ -746,10 +850,11 @@ RETURNING {_TODO_COLUMNS}
 # queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
 # aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
-# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
+# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_queue_due (per queue: the
+# global todo_retry_due would walk every queue's retries), dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
-# retention keeps it short). Done todos are history and are not counted: that would scan it. Also each
-# queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# retention keeps it short), waiting from todo_waiting (index-only). Done todos are history and are not
+# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("Operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
@@ -775,10 +880,14 @@ scheduled AS (
 cancelled AS (
     SELECT queue, count(*) AS n FROM todos_todo
     WHERE {S.CANCELLED.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
+),
+waiting AS (
+    SELECT queue, count(*) AS n FROM todos_todo
+    WHERE {S.WAITING.sql()} AND queue IN (SELECT name FROM q) GROUP BY queue
 )
 SELECT q.name, COALESCE(pending.n, 0), COALESCE(claimed.n, 0), COALESCE(retrying.n, 0), COALESCE(dead.n, 0),
     pending.oldest, EXTRACT(EPOCH FROM now() - pending.oldest)::double precision, COALESCE(scheduled.n, 0),
-    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst
+    COALESCE(cancelled.n, 0), r.paused, r.max_claimed, r.rate_per_second, r.rate_burst, COALESCE(waiting.n, 0)
 FROM q
 JOIN todos_queue r ON r.name = q.name
 LEFT JOIN pending ON pending.queue = q.name
@@ -787,6 +896,7 @@ LEFT JOIN retrying ON retrying.queue = q.name
 LEFT JOIN dead ON dead.queue = q.name
 LEFT JOIN scheduled ON scheduled.queue = q.name
 LEFT JOIN cancelled ON cancelled.queue = q.name
+LEFT JOIN waiting ON waiting.queue = q.name
 ORDER BY q.name
 """
 
@@ -794,9 +904,14 @@ ORDER BY q.name
 # earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
 # scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
 # when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
-# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled branch is one descent of
-# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
-# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows. Queue
+# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled and retry branches are one
+# descent per queue of todo_scheduled_due and todo_retry_queue_due (the first entry is that queue's
+# earliest run_at or next_retry_at), so a million todos scheduled for later, or other queues' retries,
+# cost it nothing; an assignee filter may walk past the other agents' rows. The retry branch orders
+# NULLS FIRST (next_retry_at is never null there: the same order), which only todo_retry_queue_due yields,
+# as the claim's pending scan does: ordered plainly, the planner walked todo_retry_due's global order,
+# expecting its queue's first retry within a few entries, and stepped over every other queue's earlier
+# retries (todos/tests/test_read_plans.py). Queue
 # controls add two moments, for limited queues with pending work:
 #  * a rate-limited one: when its bucket next holds a whole token (tokens refill with no write);
 #  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
@@ -817,9 +932,11 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(t.lease_expires_at) FROM todos_todo t
      WHERE {(S.CLAIMED & S.BELOW_CAP).sql("t")} AND t.queue IN (SELECT name FROM queues)
        AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
-    (SELECT min(t.next_retry_at) FROM todos_todo t
-     WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
-       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(r.next_retry_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.next_retry_at FROM todos_todo t
+        WHERE {S.RETRY_WAITING.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.next_retry_at NULLS FIRST LIMIT 1
+    ) r),
     (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
         SELECT t.run_at FROM todos_todo t
         WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
@@ -999,3 +1116,174 @@ registered AS (
 QUEUE_CONTROLS = f"""
 SELECT {_QUEUE_COLUMNS} FROM todos_queue WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
 """
+
+
+# --- Waits (issue 20): the waiting state and its waitpoints (todos/waitpoints.py) ------------------
+# A todo waits with an open row in todos_waitpoint (resolved_at NULL). Every way out of waiting closes
+# that row and moves the todo in ONE statement: the row's lock decides the race, so of two resolvers (two
+# token resolves, a resolve and the timeout, two deliveries) exactly one closes it and moves the todo;
+# the other finds resolved_at set when it re-reads the locked row and changes nothing.
+
+# wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
+# lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
+# the receipt; lock: the row. A wait on todos then runs ATTACH_AWAITED in the same transaction.
+WAIT = f"""
+WITH changed AS (
+    UPDATE todos_todo t SET
+        state = '{S.TodoState.WAITING}',
+        attempt = GREATEST(t.attempt - 1, 0),
+        lease_id = NULL,
+        lease_expires_at = NULL,
+        next_retry_at = NULL,
+        waiting_for = %(waiting_for)s,
+        resolution = NULL,
+        awaited_left = NULL,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
+            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
+        updated_at = now()
+    WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
+    RETURNING {_RETURNING_T}
+),
+opened AS (
+    INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
+        event_type_like, event_match, event_key, resolved_at)
+    SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
+        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL
+    FROM changed
+    ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
+        timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
+        event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL
+)
+SELECT * FROM changed
+"""
+
+# The awaited todos a caller may see, and whether each has finished (a wait on todos, before WAIT).
+AWAITED = f"""
+SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
+WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
+
+def _resolving(hit: str, by: str, detail: str, guard: str = "true") -> str:
+    """Close waitpoints (``hit``: an UPDATE of todos_waitpoint RETURNING todo_id, resolved_at) and move
+    their todos, still waiting, to pending; notifies their queues; returns the todos."""
+    return f"""
+WITH hit AS ({hit}),
+changed AS (
+    UPDATE todos_todo t SET {_resolved_set(by, detail)}
+    FROM hit
+    WHERE t.id = hit.todo_id AND hit.resolved_at IS NOT NULL AND {S.WAITING.sql("t")} AND {guard}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {S.PENDING.sql()} GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
+# waiter in its awaited_by (once), and the waiter's awaited_left lists those; none: resolved at once.
+# Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
+# a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
+ATTACH_AWAITED = f"""
+WITH kids AS (
+    UPDATE todos_todo k SET awaited_by = CASE WHEN %(id)s::text = ANY(k.awaited_by) THEN k.awaited_by
+        ELSE array_append(COALESCE(k.awaited_by, '{{}}'), %(id)s::varchar(40)) END
+    WHERE k.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("k")})
+    RETURNING k.id
+),
+changed AS (
+    UPDATE todos_todo t SET
+        awaited_left = n.left,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = '{{}}'")}
+    FROM (SELECT COALESCE(array_agg(id), '{{}}')::varchar(40)[] AS left FROM kids) n
+    WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM changed WHERE {S.PENDING.sql()}
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+# resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
+# the token is the credential. Resolves once; a second finds it closed.
+RESOLVE_TOKEN = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.token_hash = %(hash)s AND w.resolved_at IS NULL
+    RETURNING w.todo_id, w.resolved_at""",
+    "'token'",
+    "jsonb_build_object('data', %(data)s::jsonb)",
+)
+
+# A token's waitpoint, open or closed (telling a second resolve, 409, from an unknown token, 404).
+WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE token_hash = %(hash)s"
+
+# resolve (an agent whose scopes cover the queue, or an operator): any open wait of this todo. %(by)s
+# names who; %(detail)s the data (and an operator's verdict and note).
+RESOLVE_MANUAL = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
+    RETURNING w.todo_id, w.resolved_at""",
+    "%(by)s::text",
+    "%(detail)s::jsonb",
+)
+
+# resolve_events (in the ingest transaction that stores the event): the open waits indexed under one of
+# the delivery's keys (waitpoint_event_key, one probe per key), of its source, begun before it arrived,
+# whose type glob and whole match hold. The event's id and payload go into each resolution.
+RESOLVE_EVENTS = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.event_key = ANY(%(keys)s::text[]) AND w.resolved_at IS NULL AND w.event_source = %(source)s
+      AND %(type)s::text LIKE w.event_type_like AND %(payload)s::jsonb @> w.event_match
+      AND w.created_at <= %(received_at)s::timestamptz
+    RETURNING w.todo_id, w.resolved_at""",
+    "'event'",
+    """jsonb_build_object('event', jsonb_build_object('id', %(event_id)s::text, 'source', %(source)s::text,
+        'type', %(type)s::text, 'payload', %(payload)s::jsonb))""",
+)
+
+# time_out_waits (reaper): a batch of open waits past their timeout, oldest first, SKIP LOCKED (shared with
+# other reapers; a resolver holding one wins, and this one skips it). on_timeout pending: runnable again,
+# resolution timed_out. fail: a failure that counts toward the attempts (the wait gave its attempt back),
+# with FAIL's backoff below the cap and a dead-letter at it, which finishes the todo for its own waiters.
+TIME_OUT_WAITS = _finishing(
+    f"""
+    UPDATE todos_todo t SET
+        state = CASE WHEN closed.on_timeout = 'fail' THEN '{S.TodoState.FAILED}' ELSE '{S.TodoState.PENDING}' END,
+        attempt = CASE WHEN closed.on_timeout = 'fail' THEN t.attempt + 1 ELSE t.attempt END,
+        next_retry_at = CASE WHEN closed.on_timeout = 'fail' AND t.attempt + 1 < t.max_attempts
+            THEN now() + make_interval(secs => random() * LEAST(%(backoff_cap)s::double precision,
+                %(backoff_base)s::double precision * power(2, t.attempt)))
+            END,
+        waiting_for = NULL,
+        resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
+            'error', 'wait timed out', 'on_timeout', closed.on_timeout)),
+        updated_at = now()
+    FROM closed
+    WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by""",
+    finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
+    notify_when=S.PENDING.sql(),
+    before="""due AS MATERIALIZED (
+    SELECT todo_id FROM todos_waitpoint
+    WHERE resolved_at IS NULL AND timeout_at <= now()
+    ORDER BY timeout_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+closed AS (
+    UPDATE todos_waitpoint w SET resolved_at = now() FROM due WHERE w.todo_id = due.todo_id
+    RETURNING w.todo_id, w.on_timeout
+),
+""",
+)

@@ -49,6 +49,13 @@ class TodoState(models.TextChoices):
     # lease is revoked: the worker's next heartbeat, complete or fail is a conflict). completed_at is
     # when it was cancelled; who and why are in errors. Frees the idempotency key; retention removes it.
     CANCELLED = "cancelled", "cancelled"
+    # Cannot run until something happens (issue 20). Entered by wait (the holder gives its lease back, the
+    # attempt returned, and names what it waits for: todos, an event, a token or a manual resolve) and by
+    # create with unfinished dependencies. Left by resolve (resolve_token, resolve_manual, an event's ingest
+    # via resolve_events, the awaited todos finishing via resolve_awaited) to pending; by the reaper's
+    # time_out_waits (to pending with timed_out, or a counted failure); by cancel. Holds no lease, is never
+    # claimed, holds its idempotency key (runnable: never lost). waiting_for says what it waits for.
+    WAITING = "waiting", "waiting"
 
 
 class Todo(Protocol):
@@ -67,6 +74,8 @@ class Todo(Protocol):
     def max_attempts(self) -> int: ...
     @property
     def run_at(self) -> datetime | None: ...
+    @property
+    def waiting_for(self) -> Any: ...
 
 
 Predicate = Callable[[Todo, datetime], bool]
@@ -140,6 +149,7 @@ DONE = state_in(TodoState.DONE).named("done")
 FAILED = state_in(TodoState.FAILED).named("failed")
 SCHEDULED = state_in(TodoState.SCHEDULED).named("scheduled")
 CANCELLED = state_in(TodoState.CANCELLED).named("cancelled")
+WAITING = state_in(TodoState.WAITING).named("waiting")
 
 # --- The column tests the derived states are made of -----------------------------------------------
 
@@ -181,7 +191,8 @@ RECLAIMABLE = (LEASE_LAPSED & BELOW_CAP).named("reclaimable")
 LIVE_LEASE = (CLAIMED & LEASE_UNEXPIRED).named("live lease")
 # Failed below the cap: a retry is scheduled at next_retry_at.
 RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
-# Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due.
+# Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due (the
+# reaper, all queues) and todo_retry_queue_due (claims, per queue).
 RETRY_DUE = (RETRY_WAITING & RETRY_TIME_REACHED).named("retry due")
 # Failed with no retry scheduled: only an operator brings it back (SPEC decision 4).
 DEAD_LETTER = (FAILED & NO_RETRY).named("dead-letter")
@@ -194,12 +205,15 @@ CLAIMABLE = (PENDING | RECLAIMABLE | RETRY_DUE | SCHEDULED_DUE).named("claimable
 # The todos that can still run: they hold their idempotency key (SPEC decision 3); done and
 # dead-lettered todos free it. Also the unique constraint's predicate, which sql.CREATE's ON CONFLICT
 # must repeat for PostgreSQL to use that partial index as the arbiter.
-RUNNABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("runnable")
+RUNNABLE = ((PENDING | CLAIMED | SCHEDULED | WAITING) | RETRY_WAITING).named("runnable")
+# What an awaited result waits for (GET /api/v1/todos/<id>/?wait_seconds=N, MCP get_todo): the todo will not
+# change on its own any more. Done, a dead-letter, or cancelled.
+FINISHED = (DONE | DEAD_LETTER | CANCELLED).named("finished")
 # Operators may change the priority of, or run now, only what has not started.
 PRIORITY_CHANGEABLE = (PENDING | SCHEDULED).named("priority changeable")
 # What cancel may take: work not yet finished and not dead (a dead-letter is the operator's: retry or
-# discard): pending, scheduled, claimed and retry-waiting todos.
-CANCELLABLE = ((PENDING | CLAIMED | SCHEDULED) | RETRY_WAITING).named("cancellable")
+# discard): pending, scheduled, claimed, waiting and retry-waiting todos.
+CANCELLABLE = ((PENDING | CLAIMED | SCHEDULED | WAITING) | RETRY_WAITING).named("cancellable")
 
 # --- Scheduling's other vocabulary (issue 12) --------------------------------------------------------
 
@@ -222,6 +236,7 @@ ALL: tuple[Condition, ...] = (
     DONE,
     FAILED,
     CANCELLED,
+    WAITING,
     LEASE_LAPSED,
     LIVE_LEASE,
     RECLAIMABLE,
@@ -234,10 +249,20 @@ ALL: tuple[Condition, ...] = (
     RUNNABLE,
     CANCELLABLE,
     PRIORITY_CHANGEABLE,
+    FINISHED,
 )
 
 # What the admin shows for a todo: each todo is exactly one of these.
-DISPLAYED: tuple[Condition, ...] = (PENDING, SCHEDULED, CLAIMED, DONE, RETRY_WAITING, DEAD_LETTER, CANCELLED)
+DISPLAYED: tuple[Condition, ...] = (
+    PENDING,
+    SCHEDULED,
+    WAITING,
+    CLAIMED,
+    DONE,
+    RETRY_WAITING,
+    DEAD_LETTER,
+    CANCELLED,
+)
 
 
 def label(todo: Todo) -> str:
@@ -271,6 +296,9 @@ SHAPES: dict[str, Q] = {
     # Waiting for its run_at: never claimed since it was created (no owner, no lease), nothing to retry.
     TodoState.SCHEDULED: Q(owner__isnull=True, run_at__isnull=False) & _NO_LEASE & NO_RETRY.q & _UNFINISHED,
     TodoState.CANCELLED: Q(completed_at__isnull=False) & _NO_LEASE & NO_RETRY.q,
+    # Waiting for something (waiting_for says what): no lease (wait gave it back), nothing to retry, not
+    # finished. The owner may stay (the last claim's, as after release); create's waits have none.
+    TodoState.WAITING: Q(waiting_for__isnull=False) & _NO_LEASE & NO_RETRY.q & _UNFINISHED,
 }
 
 # Whatever the state: lease_id and lease_expires_at are set and cleared together, and a receipt names

@@ -16,6 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from todos import tracing
 from todos.errors import PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
@@ -38,6 +39,8 @@ MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
 MAX_ERROR_CHARS = 10_000
 MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
+MAX_PROGRESS_MESSAGE_CHARS = 500
+MAX_CHECKPOINT_BYTES = 64 * 1024
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 
@@ -132,6 +135,16 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
     # property is not shadowed at run time (the stub cannot know).
     errors = serializers.ListField(child=serializers.DictField(), read_only=True)  # type: ignore[assignment]
+    waiting_for = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="While waiting: the `for` it waits for (never a token)."
+    )
+    resolution = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text="How its last wait ended: {by: todos | event | token | agent | operator | timeout, at, and "
+        "data, event {id, source, type, payload}, todos [{id, state, result}] or timed_out}. A result over "
+        "4,000 characters of JSON reads {truncated: true} (GET that todo for it).",
+    )
 
     class Meta:
         model = Todo
@@ -158,10 +171,15 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "fair_key",
             "result",
             "errors",
+            "progress",
+            "checkpoint",
+            "traceparent",
             "created_at",
             "updated_at",
             "claimed_at",
             "completed_at",
+            "waiting_for",
+            "resolution",
         ]
         read_only_fields = fields
 
@@ -195,10 +213,15 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "fair_key": todo.fair_key,
             "result": todo.result,
             "errors": todo.errors,
+            "progress": todo.progress,
+            "checkpoint": todo.checkpoint,
+            "traceparent": todo.traceparent,
             "created_at": _iso(todo.created_at),
             "updated_at": _iso(todo.updated_at),
             "claimed_at": _iso(todo.claimed_at),
             "completed_at": _iso(todo.completed_at),
+            "waiting_for": todo.waiting_for if todo.state == TodoState.WAITING else None,
+            "resolution": todo.resolution,
         }
 
 
@@ -270,6 +293,7 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     retry_waiting = serializers.IntegerField()
     dead_letters = serializers.IntegerField()
     scheduled = serializers.IntegerField(help_text="waiting for their run_at")
+    waiting = serializers.IntegerField(help_text="waiting for dependencies, an event, a token or a resolve")
     oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
     cancelled = serializers.IntegerField(help_text="cancelled todos not yet removed by retention")
     paused = serializers.BooleanField()
@@ -357,6 +381,23 @@ class StrictInput(serializers.Serializer[Any]):
         return super().to_internal_value(data)
 
 
+class TraceparentField(serializers.CharField):
+    """A W3C traceparent header value (version 00)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            max_length=55,
+            help_text="W3C trace context (00-<trace-id>-<parent-id>-<flags>): the todo's spans join this trace.",
+            **kwargs,
+        )
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(super().to_internal_value(data))
+        if tracing.parse(value) is None:
+            raise serializers.ValidationError("Expected a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>.")
+        return value
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -393,12 +434,23 @@ class TodoCreateInput(StrictInput):
         trim_whitespace=False,
         help_text="On a fair queue, the tenant (repository, customer, user) whose share of claims this todo takes.",
     )
+    traceparent = TraceparentField(required=False, allow_null=True, default=None)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
             message = "Give run_at or delay_seconds, not both."
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
         return attrs
+
+
+class TodoAwaitInput(serializers.Serializer[Any]):
+    wait_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_WAIT_SECONDS,
+        default=0,
+        help_text="Await the result: answer when the todo is finished (done, a dead-letter, cancelled) or after "
+        "this many seconds (at most 20), with the todo as it then is.",
+    )
 
 
 class TodoPatchInput(StrictInput):
@@ -436,9 +488,44 @@ class ClaimOneInput(StrictInput):
     worker = _worker_field()
 
 
+class ProgressInput(StrictInput):
+    percent = serializers.FloatField(min_value=0, max_value=100, required=False)
+    message = serializers.CharField(max_length=MAX_PROGRESS_MESSAGE_CHARS, required=False, allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give percent (0-100), message, or both.")
+        return attrs
+
+
+class CheckpointField(serializers.JSONField):
+    """A JSON object of at most MAX_CHECKPOINT_BYTES: what a retry needs to resume, not the work's data."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("A checkpoint is a JSON object.")
+        try:
+            reason = _unstorable(value)
+            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        except (RecursionError, UnicodeEncodeError) as exc:
+            raise serializers.ValidationError("The checkpoint cannot be stored as JSON.") from exc
+        if reason:
+            raise serializers.ValidationError(reason)
+        if size > MAX_CHECKPOINT_BYTES:
+            raise serializers.ValidationError(
+                f"The checkpoint is {size} bytes of JSON; the limit is {MAX_CHECKPOINT_BYTES}."
+            )
+        return value
+
+
 class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
+    progress = ProgressInput(required=False, help_text="How far the work is: {percent 0-100, message}.")
+    checkpoint = CheckpointField(
+        required=False, help_text="A JSON object (at most 64 KB) handed to the next claimer if this attempt ends."
+    )
 
 
 class CompleteInput(StrictInput):
@@ -461,6 +548,47 @@ class FailInput(StrictInput):
 
 class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
+
+
+class WaitInput(StrictInput):
+    lease_id = _lease_id_field()
+    # "for" is a Python keyword: declared through the class namespace (todos/waitpoints.py checks it).
+    vars()["for"] = serializers.JSONField(
+        help_text='Exactly one of {"todos": [ids]}, {"event": {"source", "type" (glob), "match": '
+        '{"dotted.path": value}}}, {"token": true}.'
+    )
+    timeout_seconds = serializers.FloatField(
+        min_value=1, max_value=30 * 24 * 3600, help_text="Required: up to 30 days (2,592,000 s)."
+    )
+    on_timeout = serializers.ChoiceField(
+        choices=["pending", "fail"],
+        default="pending",
+        help_text="pending: runnable again with timed_out; fail: a failure that counts toward the attempts.",
+    )
+
+
+class ResolveInput(StrictInput):
+    # Named like Serializer.data; the metaclass takes it off the class (see TodoSerializer.errors).
+    data = BoundedJSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None, help_text="Handed to the next claim."
+    )
+
+
+class WaitpointSerializer(serializers.Serializer[Any]):
+    token = serializers.CharField(help_text="Shown this once; only its hash is stored.")
+    resolve_url = serializers.CharField()
+
+
+class WaitingTodoSerializer(TodoSerializer):
+    waitpoint = WaitpointSerializer(required=False, help_text="For a token wait only.")
+
+    class Meta(TodoSerializer.Meta):
+        fields = [*TodoSerializer.Meta.fields, "waitpoint"]
+        read_only_fields = fields
+
+
+class ResolvedSerializer(serializers.Serializer[Any]):
+    resolved = serializers.BooleanField()
 
 
 class RetryInput(StrictInput):

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, controls, queue, selectors, states, waiting
+from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -37,13 +37,18 @@ from todos.api.serializers import (
     QueueLimitsInput,
     QueueListSerializer,
     ReleaseInput,
+    ResolvedSerializer,
+    ResolveInput,
     RetryInput,
     ScheduleListSerializer,
     ScheduleSerializer,
+    TodoAwaitInput,
     TodoCreateInput,
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    WaitingTodoSerializer,
+    WaitInput,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
@@ -108,6 +113,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
+        selectors.show_awaited(page or [])
         return self.get_paginated_response(TodoSerializer(page, many=True).data)
 
     @extend_schema(
@@ -122,22 +128,88 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def post(self, request: Request) -> Response:
         data = _valid(TodoCreateInput, request.data)
+        # W3C Trace Context travels as a header: an instrumented client's current trace, unless the body
+        # names one (a malformed header is ignored, as the standard says).
+        if data["traceparent"] is None and tracing.parse(header := request.headers.get("traceparent")):
+            data["traceparent"] = header
         todo, created = queue.create(agent=caller_agent(request), **data)
         todo.created = created  # type: ignore[attr-defined]
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
 
 
-class TodoDetailApi(APIView):
+class _WaitsOnTheLoop(APIView):
+    """A view some of whose requests wait (``runs_async``): under ASGI those go to its ``waiting_view``, on
+    the event loop (switchboard/asgi.py), outside DRF's sync dispatch, where they wait holding no thread
+    and no connection. This is how such a view learns who is calling."""
+
+    @classmethod
+    def _for(cls, request: HttpRequest, *args: Any, **kwargs: Any) -> _WaitsOnTheLoop:
+        view = cls()
+        view.setup(request, *args, **kwargs)
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
+        return view
+
+    async def _caller(self, request: HttpRequest) -> Agent:
+        """A bearer token whose agent is cached costs no query; other callers (a staff session, with its
+        CSRF check) go through DRF's own authentication, in the pool."""
+        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
+        if token is not None:
+            cached = auth.token_cache.cached(hash_token(token))
+            agent = cached if cached is not None else await executor.run(auth.agent_for_token, token)
+        else:
+            agent = await executor.run(self._session_caller, request)
+        request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+        return agent
+
+    def _session_caller(self, request: HttpRequest) -> Agent:
+        drf_request = self.initialize_request(request)
+        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
+        return caller_agent(drf_request)
+
+
+class TodoDetailApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
+        description="With `wait_seconds` (up to 20) it awaits the result: it answers when the todo is finished "
+        "(done, a dead-letter or cancelled) or when the time runs out, with the todo as it then is. The wait "
+        "holds no thread and no connection.",
+        parameters=[OpenApiParameter("wait_seconds", float, description="0-20: await the result this long")],
         **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
     )
     def get(self, request: Request, todo_id: str) -> Response:
-        todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
-        if todo is None:
-            raise TodoNotFound(f"No todo {todo_id}.")
+        wait = _valid(TodoAwaitInput, request.query_params)["wait_seconds"]
+        todo_id, agent = _todo_id(todo_id), caller_agent(request)
+        if wait:
+            # Outside an ASGI server an await waits in this request's own thread; under one,
+            # switchboard/asgi.py sends it to waiting_view instead.
+            todo = async_to_sync(awaiting.await_finished)(agent, todo_id, wait)
+        else:
+            found = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
+            if found is None:
+                raise TodoNotFound(f"No todo {todo_id}.")
+            todo = found
+        selectors.show_awaited([todo])
         return _render(todo)
+
+    @staticmethod
+    def runs_async(request: HttpRequest) -> bool:
+        """Under ASGI, only an await (GET with wait_seconds) takes waiting_view, on the event loop."""
+        return request.method == "GET" and request.GET.get("wait_seconds", "") not in ("", "0")
+
+    @staticmethod
+    @csrf_exempt  # a GET; a staff session's checks are DRF's own, in _session_caller
+    async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """The await, on the event loop (todos/awaiting.py)."""
+        try:
+            agent = await TodoDetailApi._for(request, *args, **kwargs)._caller(request)
+            wait = _valid(TodoAwaitInput, request.GET)["wait_seconds"]
+            todo = await awaiting.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
+            await executor.run(selectors.show_awaited, [todo])
+            return JsonResponse(TodoSerializer(todo).data)
+        except Exception as exc:  # rendered as every API error is; unknown errors propagate
+            return await _error(exc)
 
     @extend_schema(
         operation_id="todos_partial_update",
@@ -166,7 +238,7 @@ class TodoRunNowApi(APIView):
         return _render(queue.run_now(todo_id, operator=agent.name, agent=agent))
 
 
-class TodoClaimNextApi(APIView):
+class TodoClaimNextApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_claim_next",
         summary="Claim the next todos",
@@ -205,30 +277,13 @@ class TodoClaimNextApi(APIView):
         """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/waiting.py)
         holding no thread and no connection. A bearer token whose agent is cached costs no query; other
         callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
-        view = TodoClaimNextApi()
-        view.setup(request, *args, **kwargs)
-        view.args, view.kwargs = args, kwargs
-        view.headers = view.default_response_headers
         try:
-            agent = await view._caller(request)
-            request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
+            agent = await TodoClaimNextApi._for(request, *args, **kwargs)._caller(request)
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
             todos = await waiting.claim_next_waiting(agent=agent, **data)
             return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
             return await _error(exc)
-
-    async def _caller(self, request: HttpRequest) -> Agent:
-        token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
-        if token is not None:
-            cached = auth.token_cache.cached(hash_token(token))
-            return cached if cached is not None else await executor.run(auth.agent_for_token, token)
-        return await executor.run(self._session_caller, request)
-
-    def _session_caller(self, request: HttpRequest) -> Agent:
-        drf_request = self.initialize_request(request)
-        self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
-        return caller_agent(drf_request)
 
 
 async def _error(exc: Exception) -> HttpResponse:
@@ -332,6 +387,76 @@ class TodoReleaseApi(APIView):
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
         return _render(queue.release(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoWaitApi(APIView):
+    @extend_schema(
+        operation_id="todos_wait",
+        summary="Wait for something, giving the lease back",
+        description="The holder gives the lease back (as release: the attempt is returned) and the todo is "
+        "`waiting`, never claimed, until what `for` names resolves it: the listed todos all finish (done, "
+        "cancelled or dead-lettered), a verified event of the source whose type and payload match, or the "
+        "token's resolve (the answer's `waitpoint`, shown this once). An agent whose scopes cover the queue, "
+        "or an operator, may resolve any wait. Then it is pending at once, and its next claim shows "
+        "`resolution`. After `timeout_seconds`: pending with `resolution.timed_out`, or for `on_timeout` "
+        '"fail" a failure that counts toward the attempts. 404 names an awaited todo the caller cannot see.',
+        request=WaitInput,
+        **docs.documented(WaitingTodoSerializer, (400, 401, 404, 409, 413), docs.WAIT_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(WaitInput, request.data)
+        todo, token = queue.wait(
+            _todo_id(todo_id),
+            agent=caller_agent(request),
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body: dict[str, Any] = dict(TodoSerializer(todo).data)
+        if token is not None:
+            url = request.build_absolute_uri(f"/api/v1/waitpoints/{token}/resolve/")
+            body["waitpoint"] = {"token": token, "resolve_url": url}
+        return Response(body)
+
+
+class TodoResolveApi(APIView):
+    @extend_schema(
+        operation_id="todos_resolve",
+        summary="Resolve a waiting todo",
+        description="For agents whose claim or create scopes cover the queue (and staff): whatever it waits "
+        'for, it becomes pending at once with `resolution: {by: "agent", at, data}`. 409 with the state if '
+        "it is not waiting.",
+        request=ResolveInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        data = _valid(ResolveInput, request.data)
+        return _render(queue.resolve(_todo_id(todo_id), by=agent.name, agent=agent, data=data["data"]))
+
+
+class WaitpointResolveApi(APIView):
+    # The token in the path is the credential (it has 192 random bits and resolves once); nothing else is
+    # asked, so a CI system or a person's browser form can call it.
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="waitpoints_resolve",
+        summary="Resolve a token wait",
+        description="No other credential: the token is one. The waiting todo becomes pending with "
+        '`resolution: {by: "token", at, data}`. Once only: a second resolve is 409, an unknown token 404.',
+        request=ResolveInput,
+        auth=[],
+        **docs.documented(ResolvedSerializer, (400, 404, 409, 413), docs.WAITPOINT_RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, token: str) -> Response:
+        data = _valid(ResolveInput, request.data)
+        if not 1 <= len(token) <= 100:
+            raise TodoNotFound("No waitpoint has this token.")
+        queue.resolve_token(token, data=data["data"])
+        return Response({"resolved": True})
 
 
 class TodoRetryApi(APIView):
@@ -462,6 +587,7 @@ class QueueListApi(APIView):
                         "retry_waiting": s.retry_waiting,
                         "dead_letters": s.dead_letters,
                         "scheduled": s.scheduled,
+                        "waiting": s.waiting,
                         "oldest_pending_age_seconds": s.oldest_pending_age_seconds,
                         "cancelled": s.cancelled,
                         "paused": s.paused,

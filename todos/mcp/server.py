@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -31,7 +31,7 @@ import switchboard
 from switchboard import dberrors
 from switchboard.api import error_body
 from todos import auth
-from todos.mcp import tools
+from todos.mcp import tasks, tools
 from todos.models import Agent, hash_token
 
 Scope = dict[str, Any]
@@ -63,11 +63,15 @@ async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReque
     agent = ctx.request.scope.get(AGENT_SCOPE_KEY) if ctx.request is not None else None
     if not isinstance(agent, Agent):  # cannot happen behind McpEndpoint; refuse rather than act as nobody
         return tools.error_result(error_body("unauthorized", "No agent."))
-    return await tools.call(params.name, agent, params.arguments)
+    result = await tools.call(params.name, agent, params.arguments)
+    if params.name == "create_for" and not result.is_error and tasks.declares_tasks(ctx):
+        # The extension's resultType: the SDK passes an extension's shape through as the handler gives it.
+        return cast(types.CallToolResult, tasks.created_task(result.structured_content or {}))
+    return result
 
 
 def build_server() -> Server[Any]:
-    return Server(
+    server: Server[Any] = Server(
         "switchboard",
         version=switchboard.__version__,
         title="Switchboard",
@@ -77,6 +81,8 @@ def build_server() -> Server[Any]:
         on_list_tools=_list_tools,
         on_call_tool=_call_tool,
     )
+    tasks.install(server)  # todos as MCP Tasks (todos/mcp/tasks.py)
+    return server
 
 
 def _allowed_hosts() -> list[str]:

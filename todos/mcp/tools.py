@@ -6,7 +6,7 @@ tool and its REST endpoint take the same values and answer the same JSON. Failur
 errors whose text is the REST error body (``{"error": {"code", "detail", ...}}``).
 
 Schemas are written by hand and kept small: clients put the whole tool list into every context window
-(the list stays under 6 KB, measured in test_mcp_tools).
+(the list stays under 7 KB, measured in test_mcp_tools).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rest_framework import serializers
 
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
-from todos import queue, waiting
+from todos import awaiting, queue, selectors, waiting
 from todos.api.serializers import (
     MAX_WAIT_SECONDS,
     ClaimNextInput,
@@ -35,9 +35,11 @@ from todos.api.serializers import (
     HeartbeatInput,
     QueueStatsSerializer,
     ReleaseInput,
+    TodoAwaitInput,
     TodoCreateInput,
     TodoListFilter,
     TodoSerializer,
+    WaitInput,
 )
 from todos.errors import QueueError, TodoNotFound
 from todos.models import Agent, Todo
@@ -130,14 +132,14 @@ async def list_todos(agent: Agent, args: Args) -> JSONObject:
 
 async def get_todo(agent: Agent, args: Args) -> JSONObject:
     todo_id = _todo_id(args)
+    wait = _valid(TodoAwaitInput, args)["wait_seconds"]
+    todo = await awaiting.await_finished(agent, todo_id, wait)
 
-    def read() -> JSONObject:
-        todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
-        if todo is None:
-            raise TodoNotFound(f"No todo {todo_id}.")
+    def shown() -> JSONObject:
+        selectors.show_awaited([todo])
         return _one(todo)
 
-    return await in_thread(read)
+    return await in_thread(shown)
 
 
 async def claim(agent: Agent, args: Args) -> JSONObject:
@@ -161,6 +163,28 @@ def _with_receipt(
         return await in_thread(lambda: _one(transition(todo_id, agent=agent, **data)))
 
     return call
+
+
+async def wait(agent: Agent, args: Args) -> JSONObject:
+    todo_id = _todo_id(args)
+    data = _valid(WaitInput, args)
+
+    def run() -> JSONObject:
+        todo, token = queue.wait(
+            todo_id,
+            agent=agent,
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body = _one(todo)
+        if token is not None:
+            # A path on this server (MCP has no request URL to build from); REST answers the full URL.
+            body["waitpoint"] = {"token": token, "resolve_url": f"/api/v1/waitpoints/{token}/resolve/"}
+        return body
+
+    return await in_thread(run)
 
 
 async def create_for(agent: Agent, args: Args) -> JSONObject:
@@ -213,6 +237,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, an offset)."},
     "delay_seconds": {"type": "number", "minimum": 0, "description": "Not before now + this; not with run_at."},
     "fair_key": {"type": "string", "maxLength": 200, "description": "On a fair queue: whose share of claims it takes."},
+    "traceparent": {"type": "string", "description": "W3C trace context to join."},
 }
 
 TOOLS: dict[str, Tool] = {
@@ -234,7 +259,14 @@ TOOLS: dict[str, Tool] = {
             list_todos,
             read_only=True,
         ),
-        Tool("get_todo", "One todo by id.", _input({"id": _ID}, ("id",)), _ONE_TODO, get_todo, read_only=True),
+        Tool(
+            "get_todo",
+            "One todo by id. wait_seconds: answer once it is done, dead-lettered or cancelled, or then.",
+            _input({"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}}, ("id",)),
+            _ONE_TODO,
+            get_todo,
+            read_only=True,
+        ),
         Tool(
             "claim",
             "Lease the next todo from your queues (or the one with id). todo is null if none came within "
@@ -257,8 +289,18 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease; call every third of it.",
-            _input({"id": _ID, "lease_id": _LEASE_ID, "lease_seconds": _LEASE_SECONDS}, ("id", "lease_id")),
+            "Extend your lease; call every third of it. progress and checkpoint (a JSON object handed to the "
+            "next claimer) are optional.",
+            _input(
+                {
+                    "id": _ID,
+                    "lease_id": _LEASE_ID,
+                    "lease_seconds": _LEASE_SECONDS,
+                    "progress": {"type": "object", "properties": {"percent": _NUM, "message": _STR}},
+                    "checkpoint": {"type": "object"},
+                },
+                ("id", "lease_id"),
+            ),
             _ONE_TODO,
             _with_receipt(queue.heartbeat, HeartbeatInput),
         ),
@@ -284,6 +326,23 @@ TOOLS: dict[str, Tool] = {
             _with_receipt(queue.release, ReleaseInput),
         ),
         Tool(
+            "wait",
+            "Give your lease back and wait until for resolves: {todos:[ids]} all finish, {event:{source,type,"
+            "match}} arrives, or {token:true} is resolved. Your next claim shows resolution.",
+            _input(
+                {
+                    "id": _ID,
+                    "lease_id": _LEASE_ID,
+                    "for": {"type": "object"},
+                    "timeout_seconds": {"type": "number", "maximum": 2592000},
+                    "on_timeout": {"enum": ["pending", "fail"]},
+                },
+                ("id", "lease_id", "for", "timeout_seconds"),
+            ),
+            {"type": "object", "properties": {"todo": TODO_SCHEMA, "waitpoint": {"type": "object"}}},
+            wait,
+        ),
+        Tool(
             "create_for",
             "Create a todo in a queue you may create in, optionally for one agent.",
             _input(CREATE_FOR_PROPERTIES, ("queue",)),
@@ -306,7 +365,7 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def _result(body: JSONObject) -> types.CallToolResult:
+def tool_result(body: JSONObject) -> types.CallToolResult:
     # The same JSON as text too: clients of the 2025-03-26 revision and older read only content.
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
@@ -336,7 +395,7 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
     if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
         return error_result(_invalid({key: ["Unknown argument."] for key in unknown}))
     try:
-        return _result(await tool.run(agent, args))
+        return tool_result(await tool.run(agent, args))
     except serializers.ValidationError as exc:
         return error_result(_invalid(exc.detail))
     except QueueError as exc:

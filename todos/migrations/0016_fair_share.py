@@ -199,7 +199,8 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("events", "0002_event_type_recent"),
-        ("todos", "0014_cancel_and_queue_controls"),
+        # After main's 0015, 0019 and 0018 (merged beside this branch); the coordinator relinks.
+        ("todos", "0018_delegation_progress_checkpoint_trace"),
     ]
 
     operations = [

@@ -49,6 +49,12 @@ class ModelTodo:
     lease: str | None = None  # the current receipt
     errors: int = 0
     fair_key: str = ""
+    # waiting only (issue 20): what for ("token" or "todos"), the awaited todos not finished yet, what a
+    # timeout does, and whether the test has made its timeout pass.
+    waits: str | None = None
+    left: set[str] = field(default_factory=set)
+    on_timeout: str = "pending"
+    timeout_due: bool = False
 
     @property
     def dead(self) -> bool:
@@ -57,11 +63,17 @@ class ModelTodo:
     @property
     def runnable(self) -> bool:
         """Holds its idempotency key (SPEC decision 3)."""
-        return self.state in ("pending", "claimed", "scheduled") or (self.state == "failed" and self.retry is not None)
+        live = ("pending", "claimed", "scheduled", "waiting")
+        return self.state in live or (self.state == "failed" and self.retry is not None)
 
     @property
     def claim_order(self) -> tuple[int, int]:
         return (self.priority, self.run_order)
+
+    @property
+    def finished(self) -> bool:
+        """What a wait on todos waits for: done, cancelled or dead-lettered."""
+        return self.state in ("done", "cancelled") or self.dead
 
 
 @dataclass
@@ -73,6 +85,7 @@ class QueueModel:
     fair: set[str] = field(default_factory=set)
     passes: dict[tuple[str, str], float] = field(default_factory=dict)
     rounds: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)  # a token wait's token -> its todo (latest wait only)
 
     def tick(self) -> int:
         self.clock += 1
@@ -249,11 +262,13 @@ class QueueModel:
             t.state, t.lapsed, t.retry = "claimed", False, None
         elif verb == "complete":
             t.state, t.lease, t.lapsed, t.retry = "done", None, False, None
+            self.finished(t)
         elif verb == "fail":
             retry = "waiting" if t.attempt < t.max_attempts else None
             if self._revives_key(t, retry is not None):
                 return CONFLICT, t
             t.state, t.retry, t.lease, t.lapsed, t.errors = "failed", retry, None, False, t.errors + 1
+            self.finished(t)
         elif verb == "release":
             if self._revives_key(t, True):
                 return CONFLICT, t
@@ -277,14 +292,17 @@ class QueueModel:
         return OK, t
 
     def cancel(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
-        """pending, scheduled, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is revoked."""
+        """pending, scheduled, waiting, claimed (lapsed or not) or retry-waiting -> cancelled; the receipt is
+        revoked."""
         t = self.todos.get(todo_id)
         cancellable = t is not None and (
-            t.state in ("pending", "scheduled", "claimed") or (t.state == "failed" and t.retry is not None)
+            t.state in ("pending", "scheduled", "claimed", "waiting") or (t.state == "failed" and t.retry is not None)
         )
         if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
             return self._miss(t, agent)
         t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
+        t.waits, t.left = None, set()
+        self.finished(t)
         return OK, t
 
     def run_now(self, todo_id: str) -> Outcome:
@@ -320,10 +338,83 @@ class QueueModel:
                     t.state, requeued = "pending", requeued + 1
                 else:
                     t.state, t.retry, dead = "failed", None, dead + 1
+                    self.finished(t)
         for t in self.todos.values():
             if t.state == "failed" and t.retry == "due":
                 t.state, t.retry, promoted = "pending", None, promoted + 1
         for t in self.todos.values():
             if t.state == "scheduled" and t.due_now:
                 t.state, t.due_now, scheduled = "pending", False, scheduled + 1
-        return requeued, dead, promoted, scheduled
+        timed_out = 0
+        for t in sorted(self.todos.values(), key=lambda t: t.seq):
+            if t.state == "waiting" and t.timeout_due:
+                timed_out += 1
+                t.waits, t.left, t.timeout_due, t.errors = None, set(), False, t.errors + 1
+                if t.on_timeout == "pending":
+                    t.state = "pending"
+                else:
+                    t.attempt += 1
+                    t.state, t.retry = "failed", ("waiting" if t.attempt < t.max_attempts else None)
+                    self.finished(t)
+        return requeued, dead, promoted, scheduled, timed_out
+
+    # --- waits (issue 20) ----------------------------------------------------------------------
+    def finished(self, t: ModelTodo) -> None:
+        """``t`` has just finished (or failed below the cap: then nothing): each todo waiting for it takes
+        it off what it waits for, and one left with nothing is pending again."""
+        if not t.finished:
+            return
+        for w in self.todos.values():
+            if w.state == "waiting" and w.waits == "todos" and t.id in w.left:
+                w.left.discard(t.id)
+                if not w.left:
+                    self._resolve(w)
+
+    def _resolve(self, t: ModelTodo) -> None:
+        t.state, t.waits, t.left, t.timeout_due, t.errors = "pending", None, set(), False, t.errors + 1
+
+    def wait(
+        self,
+        todo_id: str,
+        agent: ModelAgent,
+        lease: str,
+        kind: str,
+        awaited: list[str],
+        token: str | None,
+        on_timeout: str,
+    ) -> Outcome:
+        """claimed (or pending with its lapsed receipt) -> waiting, the attempt given back; a wait on todos
+        that have all finished is resolved at once. Awaited todos the agent cannot see: not found."""
+        if kind == "todos" and any(a not in self.todos or not agent.sees(self.todos[a].queue) for a in awaited):
+            return NOT_FOUND, None
+        t = self.todos.get(todo_id)
+        if t is None or not agent.sees(t.queue):
+            return NOT_FOUND, None
+        if t.lease != lease or t.owner != agent.name or t.state not in ("claimed", "pending") or t.dead:
+            return CONFLICT, t
+        self.tokens = {k: v for k, v in self.tokens.items() if v != todo_id}  # a new wait replaces the last
+        if token is not None:
+            self.tokens[token] = todo_id
+        t.state, t.attempt, t.lease, t.lapsed, t.retry = "waiting", max(t.attempt - 1, 0), None, False, None
+        t.waits, t.on_timeout, t.timeout_due, t.errors = kind, on_timeout, False, t.errors + 1
+        t.left = {a for a in awaited if not self.todos[a].finished} if kind == "todos" else set()
+        if kind == "todos" and not t.left:
+            self._resolve(t)
+        return OK, t
+
+    def resolve(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
+        t = self.todos.get(todo_id)
+        if t is None or (agent is not None and not agent.sees(t.queue)) or t.state != "waiting":
+            return self._miss(t, agent)
+        self._resolve(t)
+        return OK, t
+
+    def resolve_token(self, token: str) -> Outcome:
+        """Unknown (or replaced by a later wait of its todo): not found; its wait over already: conflict."""
+        t = self.todos.get(self.tokens.get(token, ""))
+        if t is None:
+            return NOT_FOUND, None
+        if t.state != "waiting" or t.waits != "token":
+            return CONFLICT, t
+        self._resolve(t)
+        return OK, t

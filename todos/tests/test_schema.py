@@ -31,8 +31,16 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_cancelled_recent",
         # fair share (migration 0016): one key's pending todos, in claim order; pending rows only
         "todo_fair_pending",
+        # waiting todos per queue (migration 0015): queue_stats() and the admin's filter; partial, so a
+        # transition of any other state writes nothing to it
+        "todo_waiting",
         # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
+        # the admin's owner: and key: searches, one triage group, and per-queue retry reads (migration 0019)
+        "todo_admin_owner_recent",
+        "todo_admin_key",
+        "todo_dead_last_error",
+        "todo_retry_queue_due",
     }
 
 
@@ -45,4 +53,5 @@ def test_the_pending_scan_and_the_key_cover_priority_and_scheduled_todos(db):
         defs = dict(cursor.fetchall())
     assert "(queue, priority, run_at NULLS FIRST) WHERE ((state)::text = 'pending'" in defs["todo_pending_claim_scan"]
     assert "'scheduled'" in defs["todo_runnable_idempotency_key"]
+    assert "'waiting'" in defs["todo_runnable_idempotency_key"]
     assert "(queue, run_at) WHERE ((state)::text = 'scheduled'" in defs["todo_scheduled_due"]

@@ -76,6 +76,13 @@ SHAPES = {
     },
     "scheduled for later": {"state": "scheduled", "run_at": HOUR},
     "scheduled and due": {"state": "scheduled", "run_at": -HOUR},
+    "waiting after a claim": {
+        "state": "waiting",
+        "owner": "a",
+        "claimed_at": -HOUR,
+        "waiting_for": {"token": True},
+    },
+    "waiting on dependencies": {"state": "waiting", "waiting_for": {"todos": ["td_1"]}},
 }
 TIMES = ("lease_expires_at", "next_retry_at", "claimed_at", "completed_at", "run_at")
 
@@ -87,6 +94,7 @@ EXPECTED = {
     "done": {"done", "discarded"},
     "failed": {"retry-waiting", "retry due", "dead after fail", "dead after a lapse at the cap"},
     "cancelled": {"cancelled while pending", "cancelled while claimed"},
+    "waiting": {"waiting after a claim", "waiting on dependencies"},
     "lease lapsed": {"lapsed below the cap", "lapsed at the cap"},
     "live lease": {"claimed"},
     "reclaimable": {"lapsed below the cap"},
@@ -106,6 +114,8 @@ EXPECTED = {
         "retry due",
         "scheduled for later",
         "scheduled and due",
+        "waiting after a claim",
+        "waiting on dependencies",
     },
     "cancellable": {
         "fresh",
@@ -117,8 +127,18 @@ EXPECTED = {
         "retry due",
         "scheduled for later",
         "scheduled and due",
+        "waiting after a claim",
+        "waiting on dependencies",
     },
     "priority changeable": {"fresh", "requeued after a lapse", "scheduled for later", "scheduled and due"},
+    "finished": {
+        "done",
+        "discarded",
+        "dead after fail",
+        "dead after a lapse at the cap",
+        "cancelled while pending",
+        "cancelled while claimed",
+    },
 }
 
 
@@ -216,6 +236,16 @@ def test_every_state_has_a_shape_constraint(db):
         {"state": "scheduled", "run_at": HOUR, "owner": "a"},  # scheduled todos were never claimed
         {"state": "scheduled", "run_at": HOUR, "next_retry_at": HOUR},  # a retry on a scheduled todo
         {"state": "scheduled", "run_at": HOUR, "completed_at": 0},
+        {"state": "waiting"},  # waiting for nothing
+        {
+            "state": "waiting",
+            "waiting_for": {"token": True},
+            "owner": "a",
+            "lease_id": "ls_x",
+            "lease_expires_at": HOUR,
+        },  # a lease on a waiting todo
+        {"state": "waiting", "waiting_for": {"token": True}, "next_retry_at": HOUR},
+        {"state": "waiting", "waiting_for": {"token": True}, "completed_at": 0},
     ],
     ids=repr,
 )

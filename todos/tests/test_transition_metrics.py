@@ -74,7 +74,9 @@ COUNTED_INSIDE = {
     "requeue_lapsed": "switchboard_lease_lapses, per row",
     "promote_due_retries": "retry_due, per row",
     "promote_due_scheduled": "scheduled_due, per row",
-    "reap_once": "the three sweeps above, each counting itself",
+    "reap_once": "the sweeps it runs, each counting itself",
+    "resolve_events": "resolve, per todo an event resolved",
+    "time_out_waits": "wait_timeout, per row",
 }
 
 
