@@ -74,6 +74,13 @@ PRIORITY_MIN, PRIORITY_MAX = states.PRIORITY_MIN, states.PRIORITY_MAX
 MAX_DELAY_SECONDS = states.MAX_DELAY_SECONDS
 
 
+class OnDependencyFailure(models.TextChoices):
+    # What a dependent does when one of its dependencies ends otherwise than done (a dead-letter, cancelled):
+    # it is cancelled too (its history names the dependency), or it runs anyway.
+    CANCEL = "cancel", "cancel"
+    RUN = "run", "run"
+
+
 class TodoQuerySet(models.QuerySet["Todo"]):
     def visible_to(self, agent: Agent) -> TodoQuerySet:
         """Todos in the queues the agent may see (its claim and create scopes)."""
@@ -117,6 +124,16 @@ class Todo(models.Model):
     # kept until the next wait so that the next claim reads it.
     waiting_for = models.JSONField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
+    # Dependencies (issue 20; the edges are Dependency rows). dependency_count: how many it was created with
+    # (0: none, and its JSON lists none without a query). dependencies_left: those not settled yet, while it
+    # waits for them; the statement that finishes the last one moves it on. has_dependents: some todo was
+    # made to depend on this one, so the statement that finishes it settles them (todos_settle_dependents).
+    dependency_count = models.IntegerField(db_default=0, editable=False)
+    dependencies_left = models.IntegerField(db_default=0, editable=False)
+    on_dependency_failure = models.CharField(
+        max_length=6, choices=OnDependencyFailure.choices, db_default=OnDependencyFailure.CANCEL
+    )
+    has_dependents = models.BooleanField(db_default=False, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -263,6 +280,29 @@ class Waitpoint(models.Model):
 
     def __str__(self) -> str:
         return f"wait of {self.todo_id}"
+
+
+class Dependency(models.Model):
+    """An edge: ``dependent`` waits for ``dependency`` (issue 20). Written by create (todos/sql.py LINK), read
+    for the dependent's JSON (by its primary key) and, until settled, by the statement that finishes the
+    dependency (todos_settle_dependents, through dependency_unsettled). Settled once: the settling statement
+    marks it, so a dependency that dead-letters and is later completed (a slow worker) settles nothing twice.
+    Plain ids, not foreign keys: retention deletes todos in SQL (and their edges as dependents with them)."""
+
+    pk = models.CompositePrimaryKey("dependent_id", "position")
+    dependent_id = models.CharField(max_length=40)
+    position = models.PositiveIntegerField()  # the dependency's place in the dependent's list
+    dependency_id = models.CharField(max_length=40)
+    settled = models.BooleanField(db_default=False)
+
+    class Meta:
+        indexes = [
+            # A finishing todo's unsettled dependents: one probe, and an empty index for most todos.
+            models.Index(fields=["dependency_id"], condition=Q(settled=False), name="dependency_unsettled"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dependent_id} waits for {self.dependency_id}"
 
 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo

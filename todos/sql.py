@@ -21,10 +21,6 @@ from todos import states as S
 # Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
 # Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
 CLAIM_ORDER = S.claim_order_sql()
-# create: a run_at in the future makes a scheduled todo; otherwise pending. %(run_at)s is the caller's
-# run_at, or NULL for now() + %(delay)s seconds (NULL: none).
-_RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => COALESCE(%(delay)s::double precision, 0)))"
-_CREATED_STATE = f"CASE WHEN {_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END"
 # A scheduled create wakes the long-polls of its queue only when it falls due within the longest wait
 # (todos/api/serializers.py MAX_WAIT_SECONDS): a waiter then re-reads its next wake time
 # (todos/selectors.py seconds_until_claimable) and wakes at run_at. Later ones are found by the waits
@@ -37,7 +33,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, dependency_count, dependencies_left,
+    on_dependency_failure, has_dependents"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -61,44 +58,159 @@ _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
 NOTIFY_CHANNEL = "switchboard_todos"
 
 
-def _notifying(changed: str, when: str = "true") -> str:
+# What a finishing row hands its dependents: NULL while it can still run (retry-waiting included).
+_OUTCOME = f"""CASE WHEN {S.DONE.sql()} THEN 'done' WHEN {S.CANCELLED.sql()} THEN 'cancelled'
+    WHEN {S.DEAD_LETTER.sql()} THEN 'dead-letter' END"""
+
+# Part of a statement whose CTE ``changed`` returns _TODO_COLUMNS: settles the dependents of the rows it
+# finished. has_dependents is read from the row as updated (the latest version: set by a create that held
+# the lock this statement waited for), so a todo nobody depends on costs no call and no edge lookup.
+_SETTLED = f"""settled AS MATERIALIZED (
+    SELECT todos_settle_dependents(array_agg(id), array_agg({_OUTCOME})) FROM changed
+    WHERE has_dependents AND ({_OUTCOME}) IS NOT NULL
+    HAVING count(*) > 0
+)"""
+
+
+def _notifying(changed: str, when: str = "true", *, settle: bool = False) -> str:
     """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
     notifies each distinct queue of the rows that satisfy ``when``, with their count when more than
-    one; it returns the same rows."""
+    one; it returns the same rows. ``settle``: it may finish todos, whose dependents it settles (_SETTLED
+    below; ``changed`` then returns state, next_retry_at and has_dependents too)."""
+    settled = f"{_SETTLED},\n" if settle else ""
+    joined = " CROSS JOIN (SELECT count(*) FROM settled) s" if settle else ""
     return f"""
 WITH changed AS ({changed}),
-notified AS MATERIALIZED (
+{settled}notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
     FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
 )
-SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n{joined}
 """
 
 
-# create: -> pending, or -> scheduled when run_at is in the future. A row comes back only if it was
-# inserted; none means a runnable todo with the same (queue, idempotency_key) exists (read it with
-# RUNNABLE_BY_KEY). The queue's name is registered by the todo table's trigger (migration 0009), in the
-# same statement, whatever path writes the row.
-CREATE = f"""
+# create (one todo or a batch of up to 1,000, todos/queue.py create_many): each item -> pending, -> scheduled
+# when its run_at is in the future, or -> waiting when it names dependencies (LINK and SETTLE below then
+# settle those already finished). One INSERT ... SELECT FROM unnest(one array per column), not a statement
+# per item. A row comes back only for the items inserted; a missing one means a runnable todo with the same
+# (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
+# RUNNABLE_BY_KEYS). Guard: the unique index todo_runnable_idempotency_key (ON CONFLICT, first item wins);
+# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migration 0009), in
+# the same statement, whatever path writes the row. Notifies the queues of what is claimable now or soon.
+# An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
+_ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
+CREATE_MANY = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority)
-VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
-    %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
+    dependency_count, dependencies_left, on_dependency_failure, has_dependents, waiting_for)
+SELECT i.id, i.queue, i.source, i.kind, i.title, i.payload, i.event_id, i.idempotency_key, i.assignee,
+    CASE WHEN i.dependency_count > 0 THEN '{S.TodoState.WAITING}'
+         WHEN {_ITEM_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END,
+    0, i.max_attempts, '[]'::jsonb, now(), now(), {_ITEM_RUN_AT}, i.priority,
+    i.dependency_count, i.dependency_count, i.on_dependency_failure, i.has_dependents, i.waiting_for
+FROM unnest(%(ids)s::text[], %(queues)s::text[], %(sources)s::text[], %(kinds)s::text[], %(titles)s::text[],
+    %(payloads)s::jsonb[], %(event_ids)s::text[], %(keys)s::text[], %(assignees)s::text[], %(max_attempts)s::integer[],
+    %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(priorities)s::smallint[],
+    %(dependency_counts)s::integer[], %(policies)s::text[], %(targets)s::boolean[], %(waiting_fors)s::jsonb[])
+    WITH ORDINALITY AS i(id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, max_attempts,
+        run_at, delay, priority, dependency_count, on_dependency_failure, has_dependents, waiting_for, ord)
+ORDER BY i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
 notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
-    WHERE {S.PENDING.sql()} OR run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS})
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM inserted
+          WHERE {S.PENDING.sql()} OR ({S.SCHEDULED.sql()}
+              AND run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS}))
+          GROUP BY queue) q
 )
 SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
-RUNNABLE_BY_KEY = f"""
+# The items of a batch that did not insert: the runnable todos holding their keys.
+RUNNABLE_BY_KEYS = f"""
 SELECT {_TODO_COLUMNS} FROM todos_todo
-WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE_KEY}
+WHERE (queue, idempotency_key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+  AND {_RUNNABLE_KEY}
 """
+
+# --- Dependencies (issue 20) -------------------------------------------------------------------------
+# A dependent waits (state waiting, dependencies_left > 0) for the todos it names; an edge (todos_dependency)
+# records each. Whatever statement finishes a todo (complete, fail at the cap, the reaper at the cap, cancel,
+# discard) settles its dependents in the same statement (_SETTLED below), through the VOLATILE function
+# todos_settle_dependents (migration 0017): done counts a dependency off; a dead-letter or a cancel applies
+# the dependent's on_dependency_failure (cancel, or count it off); the last one moves it to pending (or
+# scheduled, its run_at ahead), with a NOTIFY. A dependent cancelled that way settles its own dependents in
+# the same call. Why a function: its statements take fresh snapshots. A create that links a dependency
+# locks that row (LINK); a statement finishing it meanwhile waits for the lock, and its own snapshot,
+# taken before the wait, would miss the new edges and dependent; the function's does not.
+
+
+def _settling(changed: str) -> str:
+    """Wrap a data-modifying statement (RETURNING _TODO_COLUMNS) that may finish todos so that it settles
+    their dependents too; it returns the same rows."""
+    return f"""
+WITH changed AS ({changed}),
+{_SETTLED}
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM settled) s
+"""
+
+
+# link (create, for the items that name dependencies): the edges, and has_dependents on each dependency.
+# Guard: each dependency is visible to the creator (the ids that do not come back are refused: 404, and
+# the transaction rolls back); lock: each dependency row FOR NO KEY UPDATE, in id order (two creates naming
+# the same todos cannot deadlock), held to commit, so a statement finishing one of them either finished
+# it before (it comes back finished here, and SETTLE settles the new edges) or waits, then sees the flag
+# and the committed edges (todos_settle_dependents); index: the primary key. A flag already set is not
+# written again. Returns each dependency found, with its outcome (NULL: not finished).
+LINK = f"""
+WITH edges AS (
+    SELECT * FROM unnest(%(dependents)s::text[], %(positions)s::integer[], %(dependencies)s::text[])
+        AS e(dependent_id, position, dependency_id)
+),
+locked AS MATERIALIZED (
+    SELECT t.id, t.has_dependents, {_OUTCOME} AS outcome FROM todos_todo t
+    WHERE t.id IN (SELECT dependency_id FROM edges) AND t.queue LIKE ANY(%(visible)s::text[])
+    ORDER BY t.id
+    FOR NO KEY UPDATE OF t
+),
+flagged AS (
+    UPDATE todos_todo t SET has_dependents = true FROM locked WHERE t.id = locked.id AND NOT locked.has_dependents
+),
+linked AS (
+    INSERT INTO todos_dependency (dependent_id, position, dependency_id, settled)
+    SELECT dependent_id, position, dependency_id, false FROM edges WHERE dependency_id IN (SELECT id FROM locked)
+)
+SELECT id, outcome FROM locked
+"""
+
+# settle (create): the dependencies LINK found finished already, settled at once for the new edges.
+SETTLE = "SELECT todos_settle_dependents(%(ids)s::text[], %(outcomes)s::text[])"
+
+# The todos just created, as they are after SETTLE moved some of them on.
+TODOS_BY_ID = f"SELECT {_TODO_COLUMNS} FROM todos_todo WHERE id = ANY(%(ids)s::text[])"
+
+# repoint (create, rare): an item of a batch named by another's depends_on_index turned out to be an
+# existing todo (idempotency); the dependents' waiting_for names that todo instead. Own rows, just inserted.
+REPOINT = """
+UPDATE todos_todo t SET waiting_for = v.waiting_for
+FROM unnest(%(ids)s::text[], %(waiting_fors)s::jsonb[]) AS v(id, waiting_for)
+WHERE t.id = v.id
+RETURNING t.id
+"""
+
+# A todo's dependencies for its JSON (todos/api/serializers.py): each with its state and its result's size
+# (the JSON's budget), in the order given. Index: todos_dependency's primary key (dependent_id, position);
+# then the todos' primary key. A dependency retention removed comes back with a NULL state.
+DEPENDENCIES_OF = f"""
+SELECT e.dependent_id, e.dependency_id, t.state, {S.DEAD_LETTER.sql("t")}, t.result, octet_length(t.result::text)
+FROM todos_dependency e LEFT JOIN todos_todo t ON t.id = e.dependency_id
+WHERE e.dependent_id = ANY(%(ids)s::text[]) AND e.position < %(limit)s
+ORDER BY e.dependent_id, e.position
+"""
+
 
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
@@ -292,8 +404,8 @@ RETURNING {_TODO_COLUMNS}
 # dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
-# complete: -> done.
-COMPLETE = f"""
+# complete: -> done; settles its dependents.
+COMPLETE = _settling(f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -304,10 +416,11 @@ UPDATE todos_todo SET
     next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
-COMPLETE_MANY = f"""
+# Settles their dependents (one call for the batch).
+COMPLETE_MANY = _settling(f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = items.result,
@@ -320,12 +433,12 @@ FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS ite
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
-"""
+""")
 
 # fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
-# dead-letter (SPEC decision 4).
+# dead-letter (SPEC decision 4), which settles its dependents.
 FAIL = _notifying(
     f"""
 UPDATE todos_todo t SET
@@ -344,6 +457,7 @@ WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
     when=S.RETRY_DUE.sql(),
+    settle=True,
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
@@ -383,8 +497,8 @@ WHERE t.id = %(id)s AND {S.DEAD_LETTER.sql("t")} AND t.queue LIKE ANY(%(visible)
 RETURNING {_TODO_COLUMNS}
 """)
 
-# requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
-# Notifies the queues of the requeued ones.
+# requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it (which
+# settles its dependents). Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
 REQUEUE_LAPSED = _notifying(
     f"""
@@ -402,9 +516,10 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state
+RETURNING t.id, t.queue, t.state, t.next_retry_at, t.has_dependents
 """,
     when=S.PENDING.sql(),
+    settle=True,
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
@@ -480,8 +595,9 @@ RETURNING {_TODO_COLUMNS}
 # discard (operator): pending, scheduled or failed (retry-waiting or dead) -> done, the result saying who
 # and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
-# done frees the idempotency key, so this can never collide with a newer runnable todo.
-DISCARD = f"""
+# done frees the idempotency key, so this can never collide with a newer runnable todo. Settles the
+# dependents as done does (a discarded dependency counts as finished).
+DISCARD = _settling(f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
@@ -493,7 +609,7 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-"""
+""")
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
 # a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
@@ -519,8 +635,9 @@ RETURNING {_TODO_COLUMNS}
 # worker's next heartbeat, complete or fail matches no row and is classified as a conflict with state
 # cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
 # idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
-# max_claimed (cancels are rare; the few needless wakes cost nothing).
-CANCEL = _notifying(f"""
+# max_claimed (cancels are rare; the few needless wakes cost nothing). Settles the dependents.
+CANCEL = _notifying(
+    f"""
 UPDATE todos_todo t SET
     state = 'cancelled',
     errors = t.errors || jsonb_build_array(jsonb_build_object(
@@ -533,7 +650,9 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-""")
+""",
+    settle=True,
+)
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
 RETRY_DEAD_LETTER_MANY = RETRY_DEAD_LETTER.replace("t.id = %(id)s", "t.id = ANY(%(ids)s::text[])")
@@ -692,7 +811,10 @@ WITH doomed AS MATERIALIZED (
     ORDER BY {oldest_first}
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-)
+),
+-- The edges of the todos going (as dependents: by the primary key's prefix). Edges naming them as a
+-- dependency stay with their dependents, whose JSON then shows that dependency's state as null.
+edges AS (DELETE FROM todos_dependency e USING doomed WHERE e.dependent_id = doomed.id)
 DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
 """
 

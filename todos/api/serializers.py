@@ -16,19 +16,21 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from todos.errors import PayloadTooLarge
+from todos.errors import InvalidTransitionInput, PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
     MAX_QUEUE_LIMIT,
     PRIORITY_MAX,
     PRIORITY_MIN,
     SCOPE_RE,
+    OnDependencyFailure,
     Schedule,
     Todo,
     TodoState,
     validate_queue_name,
     validate_scope,
 )
+from todos.selectors import DEPENDENCIES_LISTED, DEPENDENCY_RESULTS_MAX_BYTES, dependencies_of
 
 MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0
@@ -37,6 +39,8 @@ MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
 MAX_ERROR_CHARS = 10_000
 MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
+MAX_CREATE_BATCH = 1000
+MAX_DEPENDENCIES = 100
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 
@@ -125,8 +129,23 @@ def _iso(value: datetime | None) -> str | None:
 # --- output -----------------------------------------------------------------------------------
 
 
+class DependencySerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    state = serializers.CharField(allow_null=True, help_text="null: retention removed it")
+    dead_letter = serializers.BooleanField()
+    result = serializers.JSONField(allow_null=True)
+    result_truncated = serializers.BooleanField(
+        required=False, help_text=f"past the {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB of results listed: GET it"
+    )
+
+
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
+    dependencies = serializers.SerializerMethodField(
+        help_text=f"The todos it depends on, in the order given (at most {DEPENDENCIES_LISTED}), each with its "
+        f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
+        "(result_truncated)."
+    )
     event = serializers.CharField(source="event_id", allow_null=True, read_only=True)
     # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
     # property is not shadowed at run time (the stub cannot know).
@@ -160,11 +179,21 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "updated_at",
             "claimed_at",
             "completed_at",
+            "on_dependency_failure",
+            "dependencies",
         ]
         read_only_fields = fields
 
     def get_dead_letter(self, todo: Todo) -> bool:
         return todo.is_dead_letter
+
+    @extend_schema_field(DependencySerializer(many=True))
+    def get_dependencies(self, todo: Todo) -> list[dict[str, Any]]:
+        # A query only for a todo created with dependencies (most have none), unless its claim loaded them.
+        if not todo.dependency_count:
+            return []
+        loaded: list[dict[str, Any]] | None = getattr(todo, "dependency_list", None)
+        return loaded if loaded is not None else dependencies_of([todo.id])[todo.id]
 
     def to_representation(self, todo: Todo) -> dict[str, Any]:
         # The API's hottest path (every claim and completion renders todos): built directly, which is
@@ -196,6 +225,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "updated_at": _iso(todo.updated_at),
             "claimed_at": _iso(todo.claimed_at),
             "completed_at": _iso(todo.completed_at),
+            "on_dependency_failure": todo.on_dependency_failure,
+            "dependencies": self.get_dependencies(todo),
         }
 
 
@@ -379,12 +410,78 @@ class TodoCreateInput(StrictInput):
         help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
     )
     priority = PriorityField(default=0)
+    depends_on = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        max_length=MAX_DEPENDENCIES,
+        help_text=f"Ids of todos (at most {MAX_DEPENDENCIES}, each visible to you) that must finish first: until "
+        "then it is `waiting`. 404 naming an id you cannot see.",
+    )
+    on_dependency_failure = serializers.ChoiceField(
+        choices=OnDependencyFailure.choices,
+        required=False,
+        help_text="A dependency that dead-letters or is cancelled: `cancel` this todo too (default), or `run` it.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
             message = "Give run_at or delay_seconds, not both."
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
         return attrs
+
+
+class BatchCreateItemInput(TodoCreateInput):
+    depends_on_index = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_CREATE_BATCH - 1),
+        required=False,
+        max_length=MAX_DEPENDENCIES,
+        help_text="Earlier items of this batch (by index) that must finish first.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if len(attrs.get("depends_on", ())) + len(attrs.get("depends_on_index", ())) > MAX_DEPENDENCIES:
+            raise serializers.ValidationError(
+                {"depends_on": [f"At most {MAX_DEPENDENCIES} dependencies, depends_on and depends_on_index together."]}
+            )
+        return attrs
+
+
+class BatchCreateInput(StrictInput):
+    todos = serializers.ListField(
+        child=serializers.DictField(), allow_empty=False, max_length=MAX_CREATE_BATCH, help_text="Each a create's body."
+    )
+
+
+def valid_batch(data: Any) -> list[dict[str, Any]]:
+    """The items of a batch create, each validated as a create's body (plus depends_on_index); any invalid
+    item refuses the whole batch: 400 naming each bad item's fields as ``todos.<index>.<field>``."""
+    outer = BatchCreateInput(data=data)
+    outer.is_valid(raise_exception=True)
+    items = BatchCreateItemInput(data=outer.validated_data["todos"], many=True)
+    if items.is_valid():
+        return [dict(item) for item in items.validated_data]
+    errors: dict[str, Any] = {}
+    # DRF keys a list's errors by index (a dict of the bad items), or lists them all (older releases).
+    raw = items.errors
+    by_index = dict(raw) if isinstance(raw, Mapping) else dict(enumerate(raw))
+    for index, item_errors in sorted(by_index.items()):
+        named = dict(item_errors) if isinstance(item_errors, Mapping) else {"non_field_errors": item_errors}
+        for field, messages in named.items():
+            errors[f"todos.{index}.{field}"] = messages
+    bad = sorted({int(k.split(".")[1]) for k in errors})
+    first = ", ".join(k.split(".", 2)[2] for k in errors if k.startswith(f"todos.{bad[0]}."))
+    more = f", and {len(bad) - 1} more" if len(bad) > 1 else ""
+    raise InvalidTransitionInput(f"Item {bad[0]} is invalid ({first}){more}; nothing was written.", fields=errors)
+
+
+class BatchCreateOutcomeSerializer(serializers.Serializer[Any]):
+    status = serializers.IntegerField(help_text="201 created, 200 existing (its idempotency key)")
+    todo = TodoSerializer()
+
+
+class BatchCreateResultSerializer(serializers.Serializer[Any]):
+    outcomes = BatchCreateOutcomeSerializer(many=True)
 
 
 class TodoPatchInput(StrictInput):

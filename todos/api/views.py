@@ -22,8 +22,11 @@ from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exceptio
 from todos import auth, controls, queue, selectors, states, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
+    MAX_CREATE_BATCH,
     BatchCompleteInput,
     BatchCompleteResultSerializer,
+    BatchCreateInput,
+    BatchCreateResultSerializer,
     CancelInput,
     ClaimedSerializer,
     ClaimNextInput,
@@ -43,6 +46,7 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    valid_batch,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
@@ -124,6 +128,29 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         todo, created = queue.create(agent=caller_agent(request), **data)
         todo.created = created  # type: ignore[attr-defined]
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
+
+
+class TodoBatchCreateApi(APIView):
+    @extend_schema(
+        operation_id="todos_create_many",
+        summary="Create many todos",
+        description=f"Up to {MAX_CREATE_BATCH} creates in one transaction, each item a create's body, plus "
+        "`depends_on_index`: earlier items of this batch it depends on. All or nothing: one invalid item (400), "
+        "or a dependency you cannot see (404), writes nothing and names the item as `todos.<index>.<field>`. "
+        "Otherwise one outcome per item, in order: 201 created, or 200 with the runnable todo that holds its "
+        "idempotency key.",
+        request=BatchCreateInput,
+        **docs.documented(BatchCreateResultSerializer, (400, 401, 404, 413), docs.BATCH_CREATE_EXAMPLES),
+    )
+    def post(self, request: Request) -> Response:
+        outcomes = queue.create_many(valid_batch(request.data), agent=caller_agent(request))
+        return Response(
+            {
+                "outcomes": [
+                    {"status": 201 if created else 200, "todo": TodoSerializer(todo).data} for todo, created in outcomes
+                ]
+            }
+        )
 
 
 class TodoDetailApi(APIView):

@@ -82,13 +82,13 @@ def test_initialize_then_list_tools_gives_the_nine_tools_each_with_an_output_sch
     assert all(t.description and len(t.description) < 200 for t in listed.tools)
 
 
-def test_the_tool_list_on_the_wire_is_under_6_kb_of_json(mcp_base, agent):
+def test_the_tool_list_on_the_wire_is_under_7_kb_of_json(mcp_base, agent):
     response = rpc(mcp_base, agent.token, "tools/list", {}, version="2025-11-25")
     assert response.status_code == 200
     listed = response.json()["result"]["tools"]
     assert {t["name"] for t in listed} == TOOL_NAMES
     size = len(json.dumps(listed, separators=(",", ":")).encode())
-    assert size < 6 * 1024, f"the tool list is {size} bytes of JSON"
+    assert size < 7 * 1024, f"the tool list is {size} bytes of JSON"
 
 
 def test_the_todo_schema_names_only_fields_the_rest_api_renders():

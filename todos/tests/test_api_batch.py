@@ -1,0 +1,142 @@
+"""Dependencies and batch create over HTTP (issue 20): POST /api/v1/todos/ with depends_on, and
+POST /api/v1/todos/batch/, all or nothing, with one outcome per item."""
+
+from __future__ import annotations
+
+import pytest
+
+from todos import queue
+from todos.models import Dependency, Todo, TodoState
+
+pytestmark = pytest.mark.django_db
+
+
+def _nothing_written() -> bool:
+    return not Todo.objects.exists() and not Dependency.objects.exists()
+
+
+def test_a_batch_creates_every_item_and_answers_one_outcome_each_in_order(api):
+    body = {
+        "todos": [
+            {"queue": "checks", "kind": "lint", "idempotency_key": "lint"},
+            {"queue": "checks", "kind": "test", "priority": -5},
+            {"queue": "merge", "kind": "merge", "depends_on_index": [0, 1]},
+        ]
+    }
+    response = api.post("/todos/batch/", body)
+    assert response.status_code == 200, response.json()
+    outcomes = response.json()["outcomes"]
+    assert [o["status"] for o in outcomes] == [201, 201, 201]
+    assert [o["todo"]["kind"] for o in outcomes] == ["lint", "test", "merge"]
+    merge = outcomes[2]["todo"]
+    assert merge["state"] == "waiting" and [d["id"] for d in merge["dependencies"]] == [
+        outcomes[0]["todo"]["id"],
+        outcomes[1]["todo"]["id"],
+    ]
+    again = api.post("/todos/batch/", {"todos": body["todos"][:1]}).json()["outcomes"]
+    assert again == [{"status": 200, "todo": {**again[0]["todo"], "id": outcomes[0]["todo"]["id"]}}]
+
+
+def test_a_batch_with_one_bad_item_writes_nothing_and_names_the_item_and_field(api):
+    todos = [{"queue": "q", "title": f"t{i}"} for i in range(5)]
+    todos[3]["priority"] = 1000
+    response = api.post("/todos/batch/", {"todos": todos})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid" and set(error["fields"]) == {"todos.3.priority"}
+    assert error["detail"].startswith("Item 3 is invalid (priority)")
+    assert _nothing_written()
+
+
+def test_a_batch_naming_a_dependency_it_cannot_see_is_404_naming_it_and_writes_nothing(make_agent, api_for):
+    hidden, _ = queue.create(queue="secret")
+    api = api_for(make_agent("narrow", claim=["open.*"], create=["open.*"]))
+    response = api.post(
+        "/todos/batch/", {"todos": [{"queue": "open.a"}, {"queue": "open.b", "depends_on": [hidden.id]}]}
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["fields"] == {"todos.1.depends_on": [f"No todo {hidden.id}."]}
+    assert list(Todo.objects.values_list("id", flat=True)) == [hidden.id] and not Dependency.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"todos": []}, "todos"),
+        ({"todos": [{"queue": "q"}] * 1001}, "todos"),
+        ({"todos": [{"queue": "q"}], "extra": 1}, "extra"),
+        ({"todos": [{"queue": "q", "titel": "typo"}]}, "todos.0.titel"),
+        ({"todos": [{"queue": "q"}, {"queue": "q", "depends_on_index": [1]}]}, "todos.1.depends_on_index"),
+        ({"todos": [{"queue": "q", "depends_on_index": [0]}]}, "todos.0.depends_on_index"),
+    ],
+)
+def test_a_bad_batch_is_400_naming_the_field_and_writes_nothing(api, body, field):
+    response = api.post("/todos/batch/", body)
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["error"]["fields"]
+    assert _nothing_written()
+
+
+def test_create_with_dependencies_waits_and_lists_them_with_state_and_result(api, agent):
+    a, _ = queue.create(queue="kids")
+    b, _ = queue.create(queue="kids")
+    response = api.post("/todos/", {"queue": "parents", "depends_on": [a.id, b.id], "on_dependency_failure": "run"})
+    assert response.status_code == 201
+    body = response.json()
+    assert body["state"] == "waiting" and body["on_dependency_failure"] == "run"
+    assert body["dependencies"] == [
+        {"id": a.id, "state": "pending", "dead_letter": False, "result": None},
+        {"id": b.id, "state": "pending", "dead_letter": False, "result": None},
+    ]
+    for child in (a, b):
+        held = queue.claim(child.id, agent=agent)
+        queue.complete(child.id, agent=agent, lease_id=held.lease_id or "", result={"child": child.id})
+    [claimed] = api.post("/todos/claim/", {"queues": ["parents"]}).json()["todos"]
+    assert claimed["id"] == body["id"]
+    assert [d["result"] for d in claimed["dependencies"]] == [{"child": a.id}, {"child": b.id}]
+
+
+def test_results_past_the_budget_are_left_out_and_marked(api, agent, settings):
+    big = "x" * 40_000
+    children = [queue.create(queue="kids")[0] for _ in range(3)]
+    parent = api.post("/todos/", {"queue": "parents", "depends_on": [c.id for c in children]}).json()
+    for child in children:
+        held = queue.claim(child.id, agent=agent)
+        queue.complete(child.id, agent=agent, lease_id=held.lease_id or "", result={"blob": big})
+    listed = api.get(f"/todos/{parent['id']}/").json()["dependencies"]
+    assert [d["result"] is not None for d in listed] == [True, False, False]
+    assert [d.get("result_truncated", False) for d in listed] == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    "body, status, field",
+    [
+        ({"queue": "q", "depends_on": ["td_" + "0" * 32] * 101}, 400, "depends_on"),
+        ({"queue": "q", "depends_on": "td_x"}, 400, "depends_on"),
+        ({"queue": "q", "on_dependency_failure": "ignore"}, 400, "on_dependency_failure"),
+        ({"queue": "q", "depends_on_index": [0]}, 400, "depends_on_index"),
+        ({"queue": "q", "depends_on": ["td_" + "0" * 32]}, 404, "depends_on"),
+    ],
+)
+def test_bad_dependencies_on_create_name_the_field_and_write_nothing(api, body, status, field):
+    response = api.post("/todos/", body)
+    assert response.status_code == status, response.json()
+    assert field in response.json()["error"]["fields"]
+    assert _nothing_written()
+
+
+def test_a_dependency_outside_the_creators_scopes_is_404(make_agent, api_for):
+    hidden, _ = queue.create(queue="secret")
+    api = api_for(make_agent("narrow", claim=["open.*"], create=["open.*"]))
+    response = api.post("/todos/", {"queue": "open.q", "depends_on": [hidden.id]})
+    assert response.status_code == 404 and hidden.id in response.json()["error"]["detail"]
+    assert not Todo.objects.filter(queue="open.q").exists()
+
+
+def test_a_cancelled_dependency_cancels_the_dependent_by_default_over_http(api):
+    a, _ = queue.create(queue="kids")
+    parent = api.post("/todos/", {"queue": "parents", "depends_on": [a.id]}).json()
+    assert api.post(f"/todos/{a.id}/cancel/", {"reason": "dropped"}).status_code == 200
+    after = api.get(f"/todos/{parent['id']}/").json()
+    assert after["state"] == TodoState.CANCELLED and after["errors"][-1]["dependency"] == a.id
+    assert after["dependencies"][0]["state"] == "cancelled"
