@@ -124,11 +124,12 @@ class Todo(models.Model):
     # kept until the next wait so that the next claim reads it.
     waiting_for = models.JSONField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
-    # Dependencies (issue 20; the edges are Dependency rows). dependency_count: how many it was created with
-    # (0: none, and its JSON lists none without a query). dependencies_left: those not settled yet, while it
-    # waits for them; the statement that finishes the last one moves it on. has_dependents: some todo was
-    # made to depend on this one, so the statement that finishes it settles them (todos_settle_dependents).
-    dependency_count = models.IntegerField(db_default=0, editable=False)
+    # Dependencies (issue 20). depends_on: the todos it was created to wait for, in order (null: none, and its
+    # JSON lists none without a query). dependencies_left: those not settled yet, while it waits for them (one
+    # open Dependency edge each); the statement that finishes the last one moves it on. has_dependents: some
+    # todo was made to depend on this one, so the statement that finishes it settles them
+    # (todos_settle_dependents).
+    depends_on = ArrayField(models.CharField(max_length=40), null=True, blank=True, editable=False)
     dependencies_left = models.IntegerField(db_default=0, editable=False)
     on_dependency_failure = models.CharField(
         max_length=6, choices=OnDependencyFailure.choices, db_default=OnDependencyFailure.CANCEL
@@ -283,23 +284,18 @@ class Waitpoint(models.Model):
 
 
 class Dependency(models.Model):
-    """An edge: ``dependent`` waits for ``dependency`` (issue 20). Written by create (todos/sql.py LINK), read
-    for the dependent's JSON (by its primary key) and, until settled, by the statement that finishes the
-    dependency (todos_settle_dependents, through dependency_unsettled). Settled once: the settling statement
-    marks it, so a dependency that dead-letters and is later completed (a slow worker) settles nothing twice.
-    Plain ids, not foreign keys: retention deletes todos in SQL (and their edges as dependents with them)."""
+    """An open wait: ``dependent`` waits for ``dependency`` (issue 20), at ``position`` in its depends_on.
+    Written by create (todos/sql.py LINK); deleted by the statement that finishes the dependency, which
+    settles the dependent (todos_settle_dependents): an edge settles once, so a dependency that dead-letters
+    and is later completed by its slow worker settles nothing twice. The table holds only open waits; the
+    list itself is the dependent's depends_on. Plain ids, not foreign keys: retention deletes todos in SQL."""
 
-    pk = models.CompositePrimaryKey("dependent_id", "position")
-    dependent_id = models.CharField(max_length=40)
-    position = models.PositiveIntegerField()  # the dependency's place in the dependent's list
+    # Led by dependency_id: a finishing todo's open waits are one probe of the primary key (an empty
+    # range for most todos).
+    pk = models.CompositePrimaryKey("dependency_id", "dependent_id", "position")
     dependency_id = models.CharField(max_length=40)
-    settled = models.BooleanField(db_default=False)
-
-    class Meta:
-        indexes = [
-            # A finishing todo's unsettled dependents: one probe, and an empty index for most todos.
-            models.Index(fields=["dependency_id"], condition=Q(settled=False), name="dependency_unsettled"),
-        ]
+    dependent_id = models.CharField(max_length=40)
+    position = models.PositiveIntegerField()
 
     def __str__(self) -> str:
         return f"{self.dependent_id} waits for {self.dependency_id}"

@@ -98,7 +98,7 @@ def dependencies_of(todo_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
 def attach_dependencies(todos: list[Any]) -> None:
     """Load the dependencies of the todos that have any, in one statement, onto ``todo.dependency_list``
     (which the serializer renders): for answers rendered where no query may run (the async claim)."""
-    having = [t for t in todos if t.dependency_count]
+    having = [t for t in todos if t.depends_on]
     if having:
         listed = dependencies_of([t.id for t in having])
         for todo in having:

@@ -33,7 +33,7 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, dependency_count, dependencies_left,
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, depends_on, dependencies_left,
     on_dependency_failure, has_dependents"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
@@ -103,12 +103,14 @@ CREATE_MANY = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
-    dependency_count, dependencies_left, on_dependency_failure, has_dependents, waiting_for)
+    depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for)
 SELECT i.id, i.queue, i.source, i.kind, i.title, i.payload, i.event_id, i.idempotency_key, i.assignee,
     CASE WHEN i.dependency_count > 0 THEN '{S.TodoState.WAITING}'
          WHEN {_ITEM_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END,
     0, i.max_attempts, '[]'::jsonb, now(), now(), {_ITEM_RUN_AT}, i.priority,
-    i.dependency_count, i.dependency_count, i.on_dependency_failure, i.has_dependents, i.waiting_for
+    CASE WHEN i.waiting_for IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(i.waiting_for -> 'todos')) END,
+    i.dependency_count, i.on_dependency_failure,
+    i.has_dependents, i.waiting_for
 FROM unnest(%(ids)s::text[], %(queues)s::text[], %(sources)s::text[], %(kinds)s::text[], %(titles)s::text[],
     %(payloads)s::jsonb[], %(event_ids)s::text[], %(keys)s::text[], %(assignees)s::text[], %(max_attempts)s::integer[],
     %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(priorities)s::smallint[],
@@ -180,8 +182,8 @@ flagged AS (
     UPDATE todos_todo t SET has_dependents = true FROM locked WHERE t.id = locked.id AND NOT locked.has_dependents
 ),
 linked AS (
-    INSERT INTO todos_dependency (dependent_id, position, dependency_id, settled)
-    SELECT dependent_id, position, dependency_id, false FROM edges WHERE dependency_id IN (SELECT id FROM locked)
+    INSERT INTO todos_dependency (dependency_id, dependent_id, position)
+    SELECT dependency_id, dependent_id, position FROM edges WHERE dependency_id IN (SELECT id FROM locked)
 )
 SELECT id, outcome FROM locked
 """
@@ -195,20 +197,22 @@ TODOS_BY_ID = f"SELECT {_TODO_COLUMNS} FROM todos_todo WHERE id = ANY(%(ids)s::t
 # repoint (create, rare): an item of a batch named by another's depends_on_index turned out to be an
 # existing todo (idempotency); the dependents' waiting_for names that todo instead. Own rows, just inserted.
 REPOINT = """
-UPDATE todos_todo t SET waiting_for = v.waiting_for
+UPDATE todos_todo t
+SET waiting_for = v.waiting_for, depends_on = ARRAY(SELECT jsonb_array_elements_text(v.waiting_for -> 'todos'))
 FROM unnest(%(ids)s::text[], %(waiting_fors)s::jsonb[]) AS v(id, waiting_for)
 WHERE t.id = v.id
 RETURNING t.id
 """
 
-# A todo's dependencies for its JSON (todos/api/serializers.py): each with its state and its result's size
-# (the JSON's budget), in the order given. Index: todos_dependency's primary key (dependent_id, position);
-# then the todos' primary key. A dependency retention removed comes back with a NULL state.
+# A todo's dependencies for its JSON (todos/api/serializers.py): the first %(limit)s of its depends_on, each
+# with its state and its result's size (the JSON's budget), in order. Index: the todos' primary key. A
+# dependency retention removed comes back with a NULL state.
 DEPENDENCIES_OF = f"""
-SELECT e.dependent_id, e.dependency_id, t.state, {S.DEAD_LETTER.sql("t")}, t.result, octet_length(t.result::text)
-FROM todos_dependency e LEFT JOIN todos_todo t ON t.id = e.dependency_id
-WHERE e.dependent_id = ANY(%(ids)s::text[]) AND e.position < %(limit)s
-ORDER BY e.dependent_id, e.position
+SELECT p.id, d.id, t.state, {S.DEAD_LETTER.sql("t")}, t.result, octet_length(t.result::text)
+FROM todos_todo p CROSS JOIN LATERAL unnest(p.depends_on[1:%(limit)s]) WITH ORDINALITY AS d(id, ord)
+LEFT JOIN todos_todo t ON t.id = d.id
+WHERE p.id = ANY(%(ids)s::text[])
+ORDER BY p.id, d.ord
 """
 
 
@@ -811,10 +815,7 @@ WITH doomed AS MATERIALIZED (
     ORDER BY {oldest_first}
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-),
--- The edges of the todos going (as dependents: by the primary key's prefix). Edges naming them as a
--- dependency stay with their dependents, whose JSON then shows that dependency's state as null.
-edges AS (DELETE FROM todos_dependency e USING doomed WHERE e.dependent_id = doomed.id)
+)
 DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
 """
 

@@ -149,18 +149,6 @@ CREATE_EXAMPLES = [
     _res({**_PENDING, "created": False}, "existing", 200),
     _res({**_SCHEDULED, "created": True}, "scheduled", 201),
 ]
-_MERGE = {
-    **_PENDING,
-    "id": "td_9a8b7c6d5e4f30211203948576a0b1c2",
-    "kind": "merge",
-    "title": "Merge the checks of PR #42",
-    "idempotency_key": "pr-42-merge",
-    "state": "waiting",
-    "dependencies": [
-        {"id": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5", "state": "done", "dead_letter": False, "result": {"ok": True}},
-        {"id": "td_0c1d2e3f405162738495a6b7c8d9e0f1", "state": "claimed", "dead_letter": False, "result": None},
-    ],
-}
 BATCH_CREATE_EXAMPLES = [
     _req(
         {
@@ -179,9 +167,9 @@ BATCH_CREATE_EXAMPLES = [
     _res(
         {
             "outcomes": [
-                {"status": 201, "todo": _PENDING},
-                {"status": 200, "todo": _PENDING},
-                {"status": 201, "todo": _MERGE},
+                {"status": 201, "id": "td_0c1d2e3f405162738495a6b7c8d9e0f1", "state": "pending"},
+                {"status": 200, "id": _TODO["id"], "state": "claimed"},
+                {"status": 201, "id": "td_9a8b7c6d5e4f30211203948576a0b1c2", "state": "waiting"},
             ]
         }
     ),

@@ -46,6 +46,7 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    batch_outcomes,
     valid_batch,
 )
 from todos.auth import caller_agent
@@ -137,20 +138,14 @@ class TodoBatchCreateApi(APIView):
         description=f"Up to {MAX_CREATE_BATCH} creates in one transaction, each item a create's body, plus "
         "`depends_on_index`: earlier items of this batch it depends on. All or nothing: one invalid item (400), "
         "or a dependency you cannot see (404), writes nothing and names the item as `todos.<index>.<field>`. "
-        "Otherwise one outcome per item, in order: 201 created, or 200 with the runnable todo that holds its "
-        "idempotency key.",
+        "Otherwise one outcome per item, in order: `status` 201 created, or 200 for the runnable todo that holds "
+        "its idempotency key, with the todo's `id` and `state` (GET it for the rest).",
         request=BatchCreateInput,
         **docs.documented(BatchCreateResultSerializer, (400, 401, 404, 413), docs.BATCH_CREATE_EXAMPLES),
     )
     def post(self, request: Request) -> Response:
         outcomes = queue.create_many(valid_batch(request.data), agent=caller_agent(request))
-        return Response(
-            {
-                "outcomes": [
-                    {"status": 201 if created else 200, "todo": TodoSerializer(todo).data} for todo, created in outcomes
-                ]
-            }
-        )
+        return Response({"outcomes": batch_outcomes(outcomes)})
 
 
 class TodoDetailApi(APIView):

@@ -37,6 +37,7 @@ from todos.api.serializers import (
     TodoCreateInput,
     TodoListFilter,
     TodoSerializer,
+    batch_outcomes,
     valid_batch,
 )
 from todos.errors import QueueError, TodoNotFound
@@ -186,8 +187,7 @@ async def create_for(agent: Agent, args: Args) -> JSONObject:
         items = valid_batch(args)
 
         def create_many() -> JSONObject:
-            outcomes = queue.create_many(items, agent=agent)
-            return {"outcomes": [{"todo": TodoSerializer(t).data, "created": created} for t, created in outcomes]}
+            return {"outcomes": batch_outcomes(queue.create_many(items, agent=agent))}
 
         return await in_thread(create_many)
     data = _valid(TodoCreateInput, args)
@@ -313,7 +313,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "create_for",
             "Create a todo in a queue you may create in, optionally for one agent. Or todos: up to 1000 such "
-            "objects (each may add depends_on_index: earlier items), all or none; outcomes in order.",
+            "objects (each may add depends_on_index: earlier items), all or none; outcomes: status, id, state.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {
                 "type": "object",

@@ -1,12 +1,13 @@
 """Issue 20: dependencies at create.
 
-* todos_todo gains dependency_count, dependencies_left, on_dependency_failure and has_dependents, each with a
-  constant database default and no CHECK: no rewrite and no scan of a large table.
-* todos_dependency: the edges (dependent, position) -> dependency, with dependency_unsettled (dependency_id)
-  WHERE NOT settled, the one index a finishing todo probes. A new table: plain CREATE INDEX.
+* todos_todo gains depends_on (nullable), dependencies_left, on_dependency_failure and has_dependents (each
+  with a constant database default), none with a CHECK: no rewrite and no scan of a large table.
+* todos_dependency: the open waits, dependency -> (dependent, position), keyed by dependency first: the one
+  index a finishing todo probes.
 * todos_settle_dependents(ids, outcomes): see FUNCTIONS, and todos/sql.py ("Dependencies").
 """
 
+import django.contrib.postgres.fields
 from django.db import migrations, models
 
 # The states are written out (a migration does not move with todos/states.py): waiting, pending, scheduled,
@@ -17,8 +18,8 @@ FUNCTIONS = """
 -- and by create for dependencies already finished (SETTLE). VOLATILE: each statement takes a fresh snapshot,
 -- so it sees the edges and dependents of a create that committed while the caller waited for the finishing
 -- row's lock (the caller's own snapshot, taken before that wait, would not).
--- Per round: the unsettled edges of these todos are marked settled (each edge settles once: a dead-letter
--- later completed by its slow worker settles nothing again), then each waiting dependent, locked in id
+-- Per round: the open edges of these todos are deleted (each edge settles once: a dead-letter later
+-- completed by its slow worker settles nothing again), then each waiting dependent, locked in id
 -- order, counts them off: on a failed one with on_dependency_failure = 'cancel' it is cancelled (its errors
 -- name the dependency); when none is left it becomes pending (scheduled if its run_at is ahead), and its
 -- queue is notified. A counted-off dependent that stays waiting changes only dependencies_left, so the
@@ -32,9 +33,9 @@ DECLARE
 BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH edges AS (
-            UPDATE todos_dependency e SET settled = true
-            FROM unnest(ids, outcomes) AS f(id, outcome)
-            WHERE e.dependency_id = f.id AND NOT e.settled
+            DELETE FROM todos_dependency e
+            USING unnest(ids, outcomes) AS f(id, outcome)
+            WHERE e.dependency_id = f.id
             RETURNING e.dependent_id, e.position, e.dependency_id, f.outcome
         ),
         per AS (
@@ -107,12 +108,14 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="todo",
-            name="dependencies_left",
-            field=models.IntegerField(db_default=0, editable=False),
+            name="depends_on",
+            field=django.contrib.postgres.fields.ArrayField(
+                base_field=models.CharField(max_length=40), blank=True, editable=False, null=True, size=None
+            ),
         ),
         migrations.AddField(
             model_name="todo",
-            name="dependency_count",
+            name="dependencies_left",
             field=models.IntegerField(db_default=0, editable=False),
         ),
         migrations.AddField(
@@ -131,21 +134,19 @@ class Migration(migrations.Migration):
                 (
                     "pk",
                     models.CompositePrimaryKey(
-                        "dependent_id", "position", blank=True, editable=False, primary_key=True, serialize=False
+                        "dependency_id",
+                        "dependent_id",
+                        "position",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
                     ),
                 ),
+                ("dependency_id", models.CharField(max_length=40)),
                 ("dependent_id", models.CharField(max_length=40)),
                 ("position", models.PositiveIntegerField()),
-                ("dependency_id", models.CharField(max_length=40)),
-                ("settled", models.BooleanField(db_default=False)),
             ],
-            options={
-                "indexes": [
-                    models.Index(
-                        condition=models.Q(("settled", False)), fields=["dependency_id"], name="dependency_unsettled"
-                    )
-                ],
-            },
         ),
         migrations.RunSQL(FUNCTIONS, FUNCTIONS_BACKWARD),
     ]
