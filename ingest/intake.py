@@ -1,6 +1,7 @@
 """Store-then-ack: parse a verified delivery, then in ONE transaction insert its event (a redelivery
-inserts nothing) and create its todos. The receiver answers 2xx only after this returns, i.e. after
-the commit; any failure inside rolls back the event and every todo together."""
+inserts nothing), create its todos and resolve the waits it matches (todos/queue.py, resolve_events). The
+receiver answers 2xx only after this returns, i.e. after the commit; any failure inside rolls back the
+event, every todo and every resolution together."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from events.models import Event, new_event_id
 from ingest.errors import DeliveryBusy, InvalidDelivery
 from ingest.models import Route
 from ingest.routing import route_event
+from todos import queue
 
 logger = logging.getLogger("ingest")
 
@@ -120,4 +122,9 @@ def store_and_route(
             received_at=row[0],
         )
         routed = route_event(event, routes)
+        # The waits this event resolves, in the transaction that stores it: a redelivery (which stored
+        # nothing above) resolves nothing, and a rollback undoes both.
+        queue.resolve_events(
+            event_id=event_id, source=source, event_type=event_type, payload=payload, received_at=row[0]
+        )
     return Outcome(event_id=event_id, todo_ids=[r.todo.id for r in routed], duplicate=False)

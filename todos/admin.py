@@ -42,7 +42,7 @@ from todos.admin_filters import (
 from todos.admin_ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
-from todos.models import Agent, Queue, Schedule, Todo
+from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -72,6 +72,7 @@ def ops_for(todo: Todo) -> list[Op]:
         "pending": ["set_priority", "discard", "cancel"],
         "scheduled": ["run_now", "set_priority", "discard", "cancel"],
         "claimed": ["force_release", "cancel"],
+        "waiting": ["approve", "reject", "cancel"],
     }.get(label, [])
     return [OPS[name] for name in names]
 
@@ -136,6 +137,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ),
         ("Event", {"fields": ("event_link", "sibling_todos")}),
         ("Payload", {"fields": ("payload_json",)}),
+        ("Wait", {"fields": ("waiting_for_json", "waits_until", "resolution_json")}),
         ("Result", {"fields": ("result_json",)}),
         ("History", {"fields": ("timeline", "errors_json")}),
     )
@@ -244,6 +246,29 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     @admin.display(description="result")
     def result_json(self, obj: Todo) -> SafeString:
         return show.pretty_json(obj.result)
+
+    @admin.display(description="waits for")
+    def waiting_for_json(self, obj: Todo) -> SafeString | str:
+        if obj.state != TodoState.WAITING:
+            return "—"
+        links = [
+            format_html('<a href="{}">{}</a>', reverse("admin:todos_todo_change", args=[quote(i)]), i)
+            for i in (obj.waiting_for or {}).get("todos", [])
+            if isinstance(i, str)
+        ]
+        shown = show.pretty_json(obj.waiting_for)
+        return format_html("{}{}", shown, format_html_join(" ", "{}", ((link,) for link in links))) if links else shown
+
+    @admin.display(description="times out")
+    def waits_until(self, obj: Todo) -> Any:
+        if obj.state != TodoState.WAITING:
+            return "—"
+        wait = Waitpoint.objects.filter(todo_id=obj.pk, resolved_at__isnull=True).first()
+        return f"{wait.timeout_at:%Y-%m-%d %H:%M:%S} UTC, then {wait.on_timeout}" if wait else "—"
+
+    @admin.display(description="resolution")
+    def resolution_json(self, obj: Todo) -> SafeString | str:
+        return show.pretty_json(obj.resolution) if obj.resolution else "—"
 
     @admin.display(description="errors (raw)")
     def errors_json(self, obj: Todo) -> SafeString:

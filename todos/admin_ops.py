@@ -37,6 +37,25 @@ def _priority(note: str) -> int:
         raise InvalidTransitionInput(f"{note.strip()!r} is not a whole number.", field="priority") from None
 
 
+def _resolve(verdict: str) -> tuple[Callable[[str, str, str], Todo], Callable[[list[str], str, str], list[Todo]]]:
+    """An operator's approve or reject of waiting todos: each becomes pending with resolution {by:
+    "operator", verdict, note}. One statement per todo: resolving is rare and done by hand."""
+
+    def one(pk: str, who: str, note: str) -> Todo:
+        return queue.resolve(pk, by=who, verdict=verdict, note=note)
+
+    def many(ids: list[str], who: str, note: str) -> list[Todo]:
+        moved = []
+        for pk in ids:
+            try:
+                moved.append(one(pk, who, note))
+            except (TodoConflict, TodoNotFound):
+                continue  # explained by _classify
+        return moved
+
+    return one, many
+
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
@@ -79,7 +98,7 @@ OPS: dict[str, Op] = {
             "cancel",
             "Cancel (stop it for good; revokes a claim)",
             "cancelled",
-            "only pending, scheduled, retry-waiting and claimed todos can be cancelled",
+            "only pending, scheduled, waiting, retry-waiting and claimed todos can be cancelled",
             lambda pk, who, note: queue.cancel(pk, operator=who, reason=note),
             lambda ids, who, note: queue.cancel_many(ids, operator=who, reason=note),
             note_label="Reason (optional, kept in the todo's history)",
@@ -100,6 +119,22 @@ OPS: dict[str, Op] = {
             lambda pk, who, note: queue.set_priority(pk, priority=_priority(note)),
             lambda ids, who, note: queue.set_priority_many(ids, priority=_priority(note)),
             note_label="New priority, -100 to 100 (lower runs first)",
+        ),
+        Op(
+            "approve",
+            "Approve a wait (it runs again, resolution approved)",
+            "approved",
+            "only waiting todos can be approved",
+            *_resolve("approved"),
+            note_label="Note (optional, handed to the agent in the resolution)",
+        ),
+        Op(
+            "reject",
+            "Reject a wait (it runs again, resolution rejected)",
+            "rejected",
+            "only waiting todos can be rejected",
+            *_resolve("rejected"),
+            note_label="Note (optional, handed to the agent in the resolution)",
         ),
         Op(
             "force_release",

@@ -135,6 +135,12 @@ class Todo(models.Model):
         max_length=6, choices=OnDependencyFailure.choices, db_default=OnDependencyFailure.CANCEL
     )
     has_dependents = models.BooleanField(db_default=False, editable=False)
+    # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
+    # one) and its count on the waiter's (awaited_left: how many of them have not finished). The statement
+    # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
+    # for the waiter's lock) and counts itself off each waiter's row: no lookup, no gap (todos/sql.py).
+    awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
+    awaited_left = models.IntegerField(null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 
@@ -244,11 +250,12 @@ class OnTimeout(models.TextChoices):
 
 
 class Waitpoint(models.Model):
-    """An open wait of a waiting todo (issue 20): what resolves it, indexed for each kind of resolver, and
-    its timeout. Deleted by whatever resolves it or times it out (the guarded statements of todos/sql.py
-    delete it and move the todo in one statement), so the table holds only open waits and two resolvers
-    of one wait cannot both win. Not a foreign key: retention deletes todos in SQL; a waitpoint whose todo
-    left waiting another way (cancel) is removed by the next resolver or the timeout sweep, harmlessly."""
+    """A todo's latest wait (issue 20): what resolves it, indexed for each kind of resolver while it is open,
+    and its timeout. Whatever resolves it or times it out sets resolved_at and moves the todo, in one
+    guarded statement (todos/sql.py), so two resolvers of one wait cannot both win; the closed row stays so
+    that a second resolve of a token is told apart (409) from an unknown token (404). A new wait of the
+    same todo replaces its row. Not a foreign key: retention deletes todos in SQL. A wait whose todo left
+    waiting another way (cancel) is closed by the next resolver or the timeout sweep, harmlessly."""
 
     todo_id = models.CharField(primary_key=True, max_length=40)
     queue = models.CharField(max_length=200)
@@ -264,19 +271,20 @@ class Waitpoint(models.Model):
     event_type_like = models.CharField(max_length=300, null=True, blank=True)
     event_match = models.JSONField(null=True, blank=True)
     event_key = models.CharField(max_length=32, null=True, blank=True)
-    # for {"todos": [ids]}: the awaited ids, and how many of them have not finished yet. Each todo that
-    # finishes decrements the waits that list it (GIN lookup) in its own transaction; at 0 it resolves.
-    awaited_ids = ArrayField(models.CharField(max_length=40), null=True, blank=True)
-    unfinished = models.PositiveIntegerField(null=True, blank=True)
+    # for {"todos": [ids]}: nothing here but the timeout (the edges and the count are on the todos' rows).
+    resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        # Each index holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
             # the reaper's time_out_waits: due timeouts in order.
-            models.Index(fields=["timeout_at"], name="waitpoint_timeout"),
+            models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
             # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
-            models.Index(fields=["event_key"], condition=Q(event_key__isnull=False), name="waitpoint_event_key"),
-            # a finishing todo's waiters.
-            GinIndex(fields=["awaited_ids"], name="waitpoint_awaited_ids"),
+            models.Index(
+                fields=["event_key"],
+                condition=Q(event_key__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_event_key",
+            ),
         ]
 
     def __str__(self) -> str:

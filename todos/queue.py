@@ -19,12 +19,20 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from todos import sql, states
+from todos import selectors, sql, states, waitpoints
 from todos.errors import InvalidTransitionInput, QueueError, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, TodoState, glob_to_like, new_todo_id
+from todos.models import (
+    QUEUE_NAME_RE,
+    Agent,
+    OnDependencyFailure,
+    Todo,
+    TodoState,
+    glob_to_like,
+    hash_token,
+    new_todo_id,
+)
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
-from todos.selectors import attach_dependencies
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
 logger = logging.getLogger(__name__)
@@ -47,10 +55,13 @@ class ReapResult:
     dead_lettered: int = 0
     retries_promoted: int = 0
     scheduled_promoted: int = 0
+    waits_timed_out: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted
+        return (
+            self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted + self.waits_timed_out
+        )
 
 
 def _check_priority(priority: Any) -> None:
@@ -386,7 +397,8 @@ def claim_next(
     )
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
-    attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim
+    selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim
+    selectors.show_awaited(todos)
     return todos
 
 
@@ -406,7 +418,8 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
     )
     if rows:
         count_lapsed_claims(rows)
-        attach_dependencies(rows)
+        selectors.attach_dependencies(rows)
+        selectors.show_awaited(rows)
         return rows[0]
     raise _miss(todo_id, agent, "claim")
 
@@ -547,8 +560,8 @@ def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
 
 
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
-    """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, batch after
-    batch until none are left (or ``should_stop()`` says so between batches)."""
+    """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, then waits past
+    their timeout, batch after batch until none are left (or ``should_stop()`` says so between batches)."""
     requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
@@ -558,7 +571,14 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
             break
     promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
     scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
-    return ReapResult(requeued=requeued, dead_lettered=dead, retries_promoted=promoted, scheduled_promoted=scheduled)
+    timed_out = _in_batches(lambda: time_out_waits(batch=batch), batch, should_stop)
+    return ReapResult(
+        requeued=requeued,
+        dead_lettered=dead,
+        retries_promoted=promoted,
+        scheduled_promoted=scheduled,
+        waits_timed_out=timed_out,
+    )
 
 
 @counted_batch("retry_dead_letter")
@@ -688,3 +708,131 @@ def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> 
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "change the priority of")
+
+
+# --- Waits (issue 20): todos/waitpoints.py parses what a wait is for; todos/sql.py has the statements. ---
+
+
+@counted("wait")
+def wait(
+    todo_id: str,
+    *,
+    agent: Agent,
+    lease_id: str,
+    wait_for: Any,
+    timeout_seconds: Any,
+    on_timeout: Any = "pending",
+) -> tuple[Todo, str | None]:
+    """claimed -> waiting, giving the lease and the attempt back (as release), until what ``wait_for``
+    names resolves it or ``timeout_seconds`` pass. Returns the todo and, for a token wait, the token (shown
+    this once: only its hash is stored). Needs the current receipt. A wait on todos that have all finished
+    resolves at once."""
+    spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
+    timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
+    if spec.kind == "todos":
+        visible = {todo_id for todo_id, _ in fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)})}
+        missing = [i for i in spec.todo_ids if i not in visible]
+        if missing:
+            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
+    token = waitpoints.new_token() if spec.kind == "token" else None
+    params = {
+        "waiting_for": Jsonb(spec.shown),
+        "timeout": timeout,
+        "on_timeout": on_timeout,
+        "hash": hash_token(token) if token else None,
+        "source": spec.source,
+        "type_like": spec.type_like,
+        "match": Jsonb(spec.match) if spec.match is not None else None,
+        "key": spec.key,
+    }
+    if spec.kind != "todos":
+        return _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
+    with transaction.atomic():
+        todo = _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
+        return _attach_awaited(todo.id, spec.todo_ids) or todo, None
+
+
+def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
+    """Within the transaction that made ``waiter_id`` waiting: make it wait for ``ids`` (their unfinished
+    ones; none: it is resolved at once, and returned)."""
+    rows = fetch_todos(sql.ATTACH_AWAITED, {"id": waiter_id, "ids": ids})
+    return rows[0] if rows else None
+
+
+@counted("resolve")
+def resolve_token(token: str, *, data: JSON = None) -> Todo:
+    """waiting -> pending, by the token of a ``{"token": true}`` wait; the token is the only credential.
+    Resolves once: a second resolve is a conflict, an unknown token not found."""
+    digest = hash_token(token)
+    rows = fetch_todos(sql.RESOLVE_TOKEN, {"hash": digest, "data": Jsonb(data)})
+    if rows:
+        return rows[0]
+    found = fetchall(sql.WAITPOINT_BY_HASH, {"hash": digest})
+    if not found:
+        raise TodoNotFound("No waitpoint has this token.")
+    state = Todo.objects.filter(pk=found[0][0]).values_list("state", flat=True).first() or "unknown"
+    raise TodoConflict("This waitpoint was resolved already (or its todo no longer waits).", state=state)
+
+
+@counted("resolve")
+def resolve(
+    todo_id: str,
+    *,
+    by: str,
+    data: JSON = None,
+    agent: Agent | None = None,
+    verdict: str | None = None,
+    note: str = "",
+) -> Todo:
+    """waiting -> pending, whatever it waits for: an agent whose scopes cover the queue (``agent``), or an
+    operator (``agent`` None, ``verdict`` "approved" or "rejected" with a ``note``). ``by`` names who."""
+    detail: dict[str, Any] = {"data": data, "resolved_by": by}
+    kind = "agent" if agent is not None else "operator"
+    if verdict is not None:
+        if verdict not in ("approved", "rejected"):
+            raise InvalidTransitionInput("verdict must be 'approved' or 'rejected'.", field="verdict")
+        detail.update(verdict=verdict, note=note)
+    rows = fetch_todos(
+        sql.RESOLVE_MANUAL, {"id": todo_id, "visible": _visible(agent), "by": kind, "detail": Jsonb(detail)}
+    )
+    if rows:
+        return rows[0]
+    raise _miss(todo_id, agent, "resolve")
+
+
+def resolve_events(*, event_id: str, source: str, event_type: str, payload: JSON, received_at: datetime) -> list[Todo]:
+    """waiting -> pending for every open wait this stored event matches (called in the transaction that
+    stores it, so a redelivery, which stores nothing, resolves nothing). Index lookups, one per scalar
+    leaf of the payload (todos/waitpoints.py), never a scan of the waits."""
+    todos = fetch_todos(
+        sql.RESOLVE_EVENTS,
+        {
+            "keys": waitpoints.delivery_keys(source, payload),
+            "source": source,
+            "type": event_type,
+            "payload": Jsonb(payload),
+            "received_at": received_at,
+            "event_id": event_id,
+        },
+    )
+    if todos:
+        TRANSITIONS.labels(verb="resolve", outcome="ok").inc(len(todos))
+    return todos
+
+
+def time_out_waits(*, batch: int) -> int:
+    """One batch of waits past their timeout: -> pending (timed_out), or for on_timeout "fail" a failure
+    that counts toward the attempts (a retry below the cap, a dead-letter at it)."""
+    timed_out = len(
+        fetchall(
+            sql.TIME_OUT_WAITS,
+            {
+                "batch": batch,
+                "backoff_base": float(settings.QUEUE_RETRY_BASE_SECONDS),
+                "backoff_cap": float(settings.QUEUE_RETRY_CAP_SECONDS),
+            },
+        )
+    )
+    if timed_out:
+        TRANSITIONS.labels(verb="wait_timeout", outcome="ok").inc(timed_out)
+    return timed_out

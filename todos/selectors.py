@@ -6,6 +6,7 @@ the partial indexes of todos/models.py, never through done history."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from django.db import connection
 
 from todos import sql
-from todos.models import Agent, glob_to_like
+from todos.models import Agent, Todo, glob_to_like
 from todos.rows import fetchall
 
 ALL = ["%"]
@@ -103,3 +104,31 @@ def attach_dependencies(todos: list[Any]) -> None:
         listed = dependencies_of([t.id for t in having])
         for todo in having:
             todo.dependency_list = listed[todo.id]
+
+
+MAX_SHOWN_RESULT_CHARS = 4_000
+
+
+def show_awaited(todos: Iterable[Todo]) -> None:
+    """A resolution by todos stores their ids; shown (on each todo given, in place) with each one's state
+    and result as they are now, read in one query for all. A result over MAX_SHOWN_RESULT_CHARS of JSON
+    reads {"truncated": true}: GET that todo for all of it. A read, never a transition."""
+    resolved: list[tuple[Todo, dict[str, Any]]] = [
+        (t, t.resolution)
+        for t in todos
+        if isinstance(t.resolution, dict) and isinstance(t.resolution.get("todos"), list)
+    ]
+    ids = {i["id"] if isinstance(i, dict) else i for _, r in resolved for i in r["todos"]}
+    if not ids:
+        return
+    found = {row["id"]: row for row in Todo.objects.filter(pk__in=ids).values("id", "state", "result")}
+    for todo, resolution in resolved:
+        shown = []
+        for item in resolution["todos"]:
+            todo_id = item["id"] if isinstance(item, dict) else item  # shown once already
+            row = found.get(todo_id, {"state": None, "result": None})
+            result = row["result"]
+            if len(json.dumps(result)) > MAX_SHOWN_RESULT_CHARS:
+                result = {"truncated": True}
+            shown.append({"id": todo_id, "state": row["state"], "result": result})
+        todo.resolution = {**resolution, "todos": shown}

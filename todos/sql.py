@@ -33,8 +33,8 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, depends_on, dependencies_left,
-    on_dependency_failure, has_dependents"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left, depends_on,
+    dependencies_left, on_dependency_failure, has_dependents"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -72,20 +72,99 @@ _SETTLED = f"""settled AS MATERIALIZED (
 )"""
 
 
-def _notifying(changed: str, when: str = "true", *, settle: bool = False) -> str:
+def _notifying(changed: str, when: str = "true") -> str:
     """Wrap a data-modifying statement (``changed``, with RETURNING queue, ...) so that it also
     notifies each distinct queue of the rows that satisfy ``when``, with their count when more than
-    one; it returns the same rows. ``settle``: it may finish todos, whose dependents it settles (_SETTLED
-    below; ``changed`` then returns state, next_retry_at and has_dependents too)."""
-    settled = f"{_SETTLED},\n" if settle else ""
-    joined = " CROSS JOIN (SELECT count(*) FROM settled) s" if settle else ""
+    one; it returns the same rows."""
     return f"""
 WITH changed AS ({changed}),
-{settled}notified AS MATERIALIZED (
+notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
     FROM (SELECT queue, count(*) AS n FROM changed WHERE {when} GROUP BY queue) q
 )
-SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n{joined}
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# A resolved todo is runnable at once (scheduled instead if a dependency of a future run_at, never
+# claimed, is what it waited for: that is the only shape a scheduled todo may have). ``by`` and ``detail``
+# are SQL: who resolved it and the jsonb merged into its resolution.
+def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t", when: str | None = None) -> str:
+    """The SET list that resolves a waiting todo; with ``when``, only rows for which it holds (others keep
+    their values: for a statement that also updates rows it does not resolve)."""
+
+    def only(value: str, column: str) -> str:
+        return value if when is None else f"CASE WHEN {when} THEN {value} ELSE {alias}.{column} END"
+
+    state = (
+        f"CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}' "
+        f"ELSE '{S.TodoState.PENDING}' END"
+    )
+    entry = f"""{alias}.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by}))"""
+    return f"""
+    state = {only(state, "state")},
+    waiting_for = {only("NULL", "waiting_for")},
+    resolution = {only(f"jsonb_build_object('by', {by}, 'at', now()) || {detail}", "resolution")},
+    errors = {only(entry, "errors")},
+    updated_at = {only("now()", "updated_at")}"""
+
+
+# What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
+FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
+
+# For the hook below, on a waiter p (its latest version) and f.ids, the todos of this statement that
+# finished and name p in their awaited_by: how many of them its current wait is for (an edge left by an
+# earlier wait, which timed out or was resolved otherwise, counts for nothing).
+_COUNTED = "(SELECT count(*) FROM unnest(f.ids) x(id) WHERE p.waiting_for->'todos' ? x.id)"
+_COUNTS = f"({S.WAITING.sql('p')} AND {_COUNTED} > 0)"
+_RESOLVES = f"({_COUNTS} AND p.awaited_left <= {_COUNTED})"
+
+
+def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
+    """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue and awaited_by) whose
+    rows may finish todos that others wait for (``finished``: a condition on its rows, alias c). In the
+    same statement each waiter named in a finished row's awaited_by counts it off its awaited_left; one
+    that reaches zero becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
+    that satisfy ``notify_when`` and of every todo it woke; returns ``changed``'s rows. ``before``: CTEs
+    that ``changed`` reads (a WITH cannot nest a data-modifying one).
+
+    Why this cannot miss a wake: awaited_by comes from the row this statement updated, in its latest
+    version (a statement that waited for a lock re-reads the row), and queue.wait writes the edge by
+    updating that row. So either the wait's write came first and the finishing statement sees the edge,
+    or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
+    waiter's row is found by id, and its latest version is what the CASEs read (its state, its count):
+    siblings finishing concurrently take its lock in turn and each counts off from the last. Most todos
+    have no awaited_by: the hook then costs nothing but an empty unnest.
+
+    It also settles the dependents of the todos it finished (_SETTLED: dependencies made at create, whose
+    dependent rows may be newer than this statement's snapshot); ``changed`` then returns state,
+    next_retry_at and has_dependents too."""
+    return f"""
+WITH {before}changed AS ({changed}),
+woken AS (
+    UPDATE todos_todo p SET
+        awaited_left = CASE WHEN {_COUNTS} THEN GREATEST(p.awaited_left - {_COUNTED}, 0) ELSE p.awaited_left END,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', p.waiting_for->'todos')", "p", when=_RESOLVES)}
+    FROM (
+        SELECT w.waiter, array_agg(c.id) AS ids
+        FROM changed c CROSS JOIN LATERAL unnest(c.awaited_by) AS w(waiter)
+        WHERE {finished}
+        GROUP BY w.waiter
+    ) f
+    WHERE p.id = f.waiter AND p.id NOT IN (SELECT id FROM changed)
+    RETURNING p.queue, p.state
+),
+{_SETTLED},
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM (
+        SELECT queue FROM changed WHERE {notify_when}
+        UNION ALL SELECT queue FROM woken WHERE {S.PENDING.sql("woken")}
+    ) q GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+    CROSS JOIN (SELECT count(*) FROM settled) s
 """
 
 
@@ -141,23 +220,13 @@ WHERE (queue, idempotency_key) IN (SELECT * FROM unnest(%(queues)s::text[], %(ke
 # --- Dependencies (issue 20) -------------------------------------------------------------------------
 # A dependent waits (state waiting, dependencies_left > 0) for the todos it names; an edge (todos_dependency)
 # records each. Whatever statement finishes a todo (complete, fail at the cap, the reaper at the cap, cancel,
-# discard) settles its dependents in the same statement (_SETTLED below), through the VOLATILE function
+# discard) settles its dependents in the same statement (_SETTLED, in _finishing), through the VOLATILE function
 # todos_settle_dependents (migration 0017): done counts a dependency off; a dead-letter or a cancel applies
 # the dependent's on_dependency_failure (cancel, or count it off); the last one moves it to pending (or
 # scheduled, its run_at ahead), with a NOTIFY. A dependent cancelled that way settles its own dependents in
 # the same call. Why a function: its statements take fresh snapshots. A create that links a dependency
 # locks that row (LINK); a statement finishing it meanwhile waits for the lock, and its own snapshot,
 # taken before the wait, would miss the new edges and dependent; the function's does not.
-
-
-def _settling(changed: str) -> str:
-    """Wrap a data-modifying statement (RETURNING _TODO_COLUMNS) that may finish todos so that it settles
-    their dependents too; it returns the same rows."""
-    return f"""
-WITH changed AS ({changed}),
-{_SETTLED}
-SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM settled) s
-"""
 
 
 # link (create, for the items that name dependencies): the edges, and has_dependents on each dependency.
@@ -408,8 +477,9 @@ RETURNING {_TODO_COLUMNS}
 # dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
-# complete: -> done; settles its dependents.
-COMPLETE = _settling(f"""
+# complete: -> done.
+COMPLETE = _finishing(
+    f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -420,11 +490,13 @@ UPDATE todos_todo SET
     next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-""")
+""",
+    finished="true",
+)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
-# Settles their dependents (one call for the batch).
-COMPLETE_MANY = _settling(f"""
+COMPLETE_MANY = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = items.result,
@@ -437,13 +509,15 @@ FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS ite
 WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
-""")
+""",
+    finished="true",
+)
 
 # fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
-# dead-letter (SPEC decision 4), which settles its dependents.
-FAIL = _notifying(
+# dead-letter (SPEC decision 4).
+FAIL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'failed',
@@ -460,8 +534,8 @@ UPDATE todos_todo t SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    when=S.RETRY_DUE.sql(),
-    settle=True,
+    finished="c.state = 'failed' AND c.next_retry_at IS NULL",
+    notify_when=S.RETRY_DUE.sql(),
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by
@@ -504,7 +578,7 @@ RETURNING {_TODO_COLUMNS}
 # requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it (which
 # settles its dependents). Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
-REQUEUE_LAPSED = _notifying(
+REQUEUE_LAPSED = _finishing(
     f"""
 WITH lapsed AS MATERIALIZED (
     SELECT id FROM todos_todo
@@ -520,10 +594,10 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state, t.next_retry_at, t.has_dependents
+RETURNING t.id, t.queue, t.state, t.awaited_by, t.next_retry_at, t.has_dependents
 """,
-    when=S.PENDING.sql(),
-    settle=True,
+    finished="c.state = 'failed'",
+    notify_when=S.PENDING.sql(),
 )
 
 # promote_due_retries (retry scheduler): a batch of failed todos whose retry is due -> pending. Notifies
@@ -599,9 +673,9 @@ RETURNING {_TODO_COLUMNS}
 # discard (operator): pending, scheduled or failed (retry-waiting or dead) -> done, the result saying who
 # and why.
 # Never from claimed: a worker holds it and may be mid-way; the operator force-releases it first.
-# done frees the idempotency key, so this can never collide with a newer runnable todo. Settles the
-# dependents as done does (a discarded dependency counts as finished).
-DISCARD = _settling(f"""
+# done frees the idempotency key, so this can never collide with a newer runnable todo.
+DISCARD = _finishing(
+    f"""
 UPDATE todos_todo t SET
     state = 'done',
     result = jsonb_build_object('discarded_by', %(operator)s::text, 'reason', %(reason)s::text),
@@ -613,7 +687,9 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql("t")}
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
-""")
+""",
+    finished="true",
+)
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
 # a receive, as with a lapse); the old receipt is voided, so the stuck worker gets 409 if it wakes up.
@@ -639,8 +715,8 @@ RETURNING {_TODO_COLUMNS}
 # worker's next heartbeat, complete or fail matches no row and is classified as a conflict with state
 # cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
 # idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
-# max_claimed (cancels are rare; the few needless wakes cost nothing). Settles the dependents.
-CANCEL = _notifying(
+# max_claimed (cancels are rare; the few needless wakes cost nothing).
+CANCEL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'cancelled',
@@ -655,7 +731,8 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """,
-    settle=True,
+    finished="true",
+    notify_when="true",
 )
 
 # retry_dead_letter_many (operator): RETRY_DEAD_LETTER for a batch of ids.
@@ -934,3 +1011,173 @@ RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst
 QUEUE_CONTROLS = f"""
 SELECT {_QUEUE_COLUMNS} FROM todos_queue WHERE name = %(name)s AND name LIKE ANY(%(visible)s::text[])
 """
+
+
+# --- Waits (issue 20): the waiting state and its waitpoints (todos/waitpoints.py) ------------------
+# A todo waits with an open row in todos_waitpoint (resolved_at NULL). Every way out of waiting closes
+# that row and moves the todo in ONE statement: the row's lock decides the race, so of two resolvers (two
+# token resolves, a resolve and the timeout, two deliveries) exactly one closes it and moves the todo;
+# the other finds resolved_at set when it re-reads the locked row and changes nothing.
+
+# wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
+# lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
+# the receipt; lock: the row. A wait on todos then runs ATTACH_AWAITED in the same transaction.
+WAIT = f"""
+WITH changed AS (
+    UPDATE todos_todo t SET
+        state = '{S.TodoState.WAITING}',
+        attempt = GREATEST(t.attempt - 1, 0),
+        lease_id = NULL,
+        lease_expires_at = NULL,
+        next_retry_at = NULL,
+        waiting_for = %(waiting_for)s,
+        resolution = NULL,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
+            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
+        updated_at = now()
+    WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
+    RETURNING {_RETURNING_T}
+),
+opened AS (
+    INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
+        event_type_like, event_match, event_key, resolved_at)
+    SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
+        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL
+    FROM changed
+    ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
+        timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
+        event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL
+)
+SELECT * FROM changed
+"""
+
+# The awaited todos a caller may see, and whether each has finished (a wait on todos, before WAIT).
+AWAITED = f"""
+SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
+WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
+
+def _resolving(hit: str, by: str, detail: str, guard: str = "true") -> str:
+    """Close waitpoints (``hit``: an UPDATE of todos_waitpoint RETURNING todo_id, resolved_at) and move
+    their todos, still waiting, to pending; notifies their queues; returns the todos."""
+    return f"""
+WITH hit AS ({hit}),
+changed AS (
+    UPDATE todos_todo t SET {_resolved_set(by, detail)}
+    FROM hit
+    WHERE t.id = hit.todo_id AND hit.resolved_at IS NOT NULL AND {S.WAITING.sql("t")} AND {guard}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {S.PENDING.sql()} GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
+# waiter in its awaited_by (once), and the waiter's awaited_left is how many those are; none: resolved at
+# once. Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
+# a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
+ATTACH_AWAITED = f"""
+WITH kids AS (
+    UPDATE todos_todo k SET awaited_by = CASE WHEN %(id)s::text = ANY(k.awaited_by) THEN k.awaited_by
+        ELSE array_append(COALESCE(k.awaited_by, '{{}}'), %(id)s::varchar(40)) END
+    WHERE k.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("k")})
+    RETURNING k.id
+),
+changed AS (
+    UPDATE todos_todo t SET
+        awaited_left = n.left,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = 0")}
+    FROM (SELECT count(*) AS left FROM kids) n
+    WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM changed WHERE {S.PENDING.sql()}
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+# resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
+# the token is the credential. Resolves once; a second finds it closed.
+RESOLVE_TOKEN = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.token_hash = %(hash)s AND w.resolved_at IS NULL
+    RETURNING w.todo_id, w.resolved_at""",
+    "'token'",
+    "jsonb_build_object('data', %(data)s::jsonb)",
+)
+
+# A token's waitpoint, open or closed (telling a second resolve, 409, from an unknown token, 404).
+WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE token_hash = %(hash)s"
+
+# resolve (an agent whose scopes cover the queue, or an operator): any open wait of this todo. %(by)s
+# names who; %(detail)s the data (and an operator's verdict and note).
+RESOLVE_MANUAL = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
+    RETURNING w.todo_id, w.resolved_at""",
+    "%(by)s::text",
+    "%(detail)s::jsonb",
+)
+
+# resolve_events (in the ingest transaction that stores the event): the open waits indexed under one of
+# the delivery's keys (waitpoint_event_key, one probe per key), of its source, begun before it arrived,
+# whose type glob and whole match hold. The event's id and payload go into each resolution.
+RESOLVE_EVENTS = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.event_key = ANY(%(keys)s::text[]) AND w.resolved_at IS NULL AND w.event_source = %(source)s
+      AND %(type)s::text LIKE w.event_type_like AND %(payload)s::jsonb @> w.event_match
+      AND w.created_at <= %(received_at)s::timestamptz
+    RETURNING w.todo_id, w.resolved_at""",
+    "'event'",
+    """jsonb_build_object('event', jsonb_build_object('id', %(event_id)s::text, 'source', %(source)s::text,
+        'type', %(type)s::text, 'payload', %(payload)s::jsonb))""",
+)
+
+# time_out_waits (reaper): a batch of open waits past their timeout, oldest first, SKIP LOCKED (shared with
+# other reapers; a resolver holding one wins, and this one skips it). on_timeout pending: runnable again,
+# resolution timed_out. fail: a failure that counts toward the attempts (the wait gave its attempt back),
+# with FAIL's backoff below the cap and a dead-letter at it, which finishes the todo for its own waiters.
+TIME_OUT_WAITS = _finishing(
+    f"""
+    UPDATE todos_todo t SET
+        state = CASE WHEN closed.on_timeout = 'fail' THEN '{S.TodoState.FAILED}' ELSE '{S.TodoState.PENDING}' END,
+        attempt = CASE WHEN closed.on_timeout = 'fail' THEN t.attempt + 1 ELSE t.attempt END,
+        next_retry_at = CASE WHEN closed.on_timeout = 'fail' AND t.attempt + 1 < t.max_attempts
+            THEN now() + make_interval(secs => random() * LEAST(%(backoff_cap)s::double precision,
+                %(backoff_base)s::double precision * power(2, t.attempt)))
+            END,
+        waiting_for = NULL,
+        resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
+            'error', 'wait timed out', 'on_timeout', closed.on_timeout)),
+        updated_at = now()
+    FROM closed
+    WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by, t.has_dependents""",
+    finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
+    notify_when=S.PENDING.sql(),
+    before="""due AS MATERIALIZED (
+    SELECT todo_id FROM todos_waitpoint
+    WHERE resolved_at IS NULL AND timeout_at <= now()
+    ORDER BY timeout_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+closed AS (
+    UPDATE todos_waitpoint w SET resolved_at = now() FROM due WHERE w.todo_id = due.todo_id
+    RETURNING w.todo_id, w.on_timeout
+),
+""",
+)

@@ -84,6 +84,8 @@ _TODO: dict[str, Any] = {
     "completed_at": None,
     "on_dependency_failure": "cancel",
     "dependencies": [],
+    "waiting_for": None,
+    "resolution": None,
 }
 _PENDING = {**_TODO, "state": "pending", "owner": None, "lease_id": None, "lease_expires_at": None, "attempt": 0}
 _DONE = {**_TODO, "state": "done", "lease_id": None, "lease_expires_at": None, "result": {"approved": True}}
@@ -215,6 +217,47 @@ RECEIPT_EXAMPLES = [_req({**_LEASE, "lease_seconds": 300}), _res(_TODO)]
 RELEASE_EXAMPLES = [_req(_LEASE), _res(_PENDING)]
 COMPLETE_EXAMPLES = [_req({**_LEASE, "result": {"approved": True}}), _res(_DONE)]
 FAIL_EXAMPLES = [_req({**_LEASE, "error": "timeout talking to GitHub", "retry_in_seconds": 10}), _res(_FAILED)]
+_WAITING = {
+    **_PENDING,
+    "state": "waiting",
+    "owner": "reviewer/host-1",
+    "waiting_for": {"event": {"source": "github", "type": "check_suite", "match": {"check_suite.head_sha": "4f2a"}}},
+}
+WAIT_EXAMPLES = [
+    _req(
+        {
+            **_LEASE,
+            "for": {"event": {"source": "github", "type": "check_suite", "match": {"check_suite.head_sha": "4f2a"}}},
+            "timeout_seconds": 3600,
+            "on_timeout": "pending",
+        },
+        "an event",
+    ),
+    _res(_WAITING, "waiting for the event"),
+    _req({**_LEASE, "for": {"token": True}, "timeout_seconds": 86400}, "a token"),
+    _res(
+        {
+            **_WAITING,
+            "waiting_for": {"token": True},
+            "waitpoint": {
+                "token": "wpt_Qm9vZ2llV29vZ2llQm9vZ2llV29vZ2ll",
+                "resolve_url": "https://switchboard.example/api/v1/waitpoints/wpt_Qm9vZ2llV29vZ2llQm9vZ2llV29vZ2ll/resolve/",
+            },
+        },
+        "the token, shown once",
+    ),
+]
+RESOLVE_EXAMPLES = [
+    _req({"data": {"approved": True}}),
+    _res(
+        {
+            **_PENDING,
+            "owner": "reviewer/host-1",
+            "resolution": {"by": "agent", "at": "2026-01-01T12:30:00Z", "data": {"approved": True}},
+        }
+    ),
+]
+WAITPOINT_RESOLVE_EXAMPLES = [_req({"data": {"approved": True, "by": "jo"}}), _res({"resolved": True})]
 CANCEL_EXAMPLES = [_req({"reason": "duplicate PR"}), _res(_CANCELLED)]
 QUEUE_CONTROL_EXAMPLES = [
     _req({"max_claimed": 3, "rate_per_second": 20, "rate_burst": 5}),

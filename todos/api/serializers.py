@@ -151,6 +151,16 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
     # property is not shadowed at run time (the stub cannot know).
     errors = serializers.ListField(child=serializers.DictField(), read_only=True)  # type: ignore[assignment]
+    waiting_for = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="While waiting: the `for` it waits for (never a token)."
+    )
+    resolution = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text="How its last wait ended: {by: todos | event | token | agent | operator | timeout, at, and "
+        "data, event {id, source, type, payload}, todos [{id, state, result}] or timed_out}. A result over "
+        "4,000 characters of JSON reads {truncated: true} (GET that todo for it).",
+    )
 
     class Meta:
         model = Todo
@@ -182,6 +192,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "completed_at",
             "on_dependency_failure",
             "dependencies",
+            "waiting_for",
+            "resolution",
         ]
         read_only_fields = fields
 
@@ -228,6 +240,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "completed_at": _iso(todo.completed_at),
             "on_dependency_failure": todo.on_dependency_failure,
             "dependencies": self.get_dependencies(todo),
+            "waiting_for": todo.waiting_for if todo.state == TodoState.WAITING else None,
+            "resolution": todo.resolution,
         }
 
 
@@ -633,6 +647,47 @@ class FailInput(StrictInput):
 
 class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
+
+
+class WaitInput(StrictInput):
+    lease_id = _lease_id_field()
+    # "for" is a Python keyword: declared through the class namespace (todos/waitpoints.py checks it).
+    vars()["for"] = serializers.JSONField(
+        help_text='Exactly one of {"todos": [ids]}, {"event": {"source", "type" (glob), "match": '
+        '{"dotted.path": value}}}, {"token": true}.'
+    )
+    timeout_seconds = serializers.FloatField(
+        min_value=1, max_value=30 * 24 * 3600, help_text="Required: up to 30 days (2,592,000 s)."
+    )
+    on_timeout = serializers.ChoiceField(
+        choices=["pending", "fail"],
+        default="pending",
+        help_text="pending: runnable again with timed_out; fail: a failure that counts toward the attempts.",
+    )
+
+
+class ResolveInput(StrictInput):
+    # Named like Serializer.data; the metaclass takes it off the class (see TodoSerializer.errors).
+    data = BoundedJSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None, help_text="Handed to the next claim."
+    )
+
+
+class WaitpointSerializer(serializers.Serializer[Any]):
+    token = serializers.CharField(help_text="Shown this once; only its hash is stored.")
+    resolve_url = serializers.CharField()
+
+
+class WaitingTodoSerializer(TodoSerializer):
+    waitpoint = WaitpointSerializer(required=False, help_text="For a token wait only.")
+
+    class Meta(TodoSerializer.Meta):
+        fields = [*TodoSerializer.Meta.fields, "waitpoint"]
+        read_only_fields = fields
+
+
+class ResolvedSerializer(serializers.Serializer[Any]):
+    resolved = serializers.BooleanField()
 
 
 class RetryInput(StrictInput):

@@ -39,6 +39,8 @@ from todos.api.serializers import (
     QueueLimitsInput,
     QueueListSerializer,
     ReleaseInput,
+    ResolvedSerializer,
+    ResolveInput,
     RetryInput,
     ScheduleListSerializer,
     ScheduleSerializer,
@@ -46,6 +48,8 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    WaitingTodoSerializer,
+    WaitInput,
     batch_outcomes,
     valid_batch,
 )
@@ -112,6 +116,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
+        selectors.show_awaited(page or [])
         return self.get_paginated_response(TodoSerializer(page, many=True).data)
 
     @extend_schema(
@@ -158,6 +163,7 @@ class TodoDetailApi(APIView):
         todo = Todo.objects.visible_to(caller_agent(request)).filter(pk=_todo_id(todo_id)).first()
         if todo is None:
             raise TodoNotFound(f"No todo {todo_id}.")
+        selectors.show_awaited([todo])
         return _render(todo)
 
     @extend_schema(
@@ -344,6 +350,76 @@ class TodoReleaseApi(APIView):
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
         return _render(queue.release(_todo_id(todo_id), agent=caller_agent(request), **data))
+
+
+class TodoWaitApi(APIView):
+    @extend_schema(
+        operation_id="todos_wait",
+        summary="Wait for something, giving the lease back",
+        description="The holder gives the lease back (as release: the attempt is returned) and the todo is "
+        "`waiting`, never claimed, until what `for` names resolves it: the listed todos all finish (done, "
+        "cancelled or dead-lettered), a verified event of the source whose type and payload match, or the "
+        "token's resolve (the answer's `waitpoint`, shown this once). An agent whose scopes cover the queue, "
+        "or an operator, may resolve any wait. Then it is pending at once, and its next claim shows "
+        "`resolution`. After `timeout_seconds`: pending with `resolution.timed_out`, or for `on_timeout` "
+        '"fail" a failure that counts toward the attempts. 404 names an awaited todo the caller cannot see.',
+        request=WaitInput,
+        **docs.documented(WaitingTodoSerializer, (400, 401, 404, 409, 413), docs.WAIT_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        data = _valid(WaitInput, request.data)
+        todo, token = queue.wait(
+            _todo_id(todo_id),
+            agent=caller_agent(request),
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body: dict[str, Any] = dict(TodoSerializer(todo).data)
+        if token is not None:
+            url = request.build_absolute_uri(f"/api/v1/waitpoints/{token}/resolve/")
+            body["waitpoint"] = {"token": token, "resolve_url": url}
+        return Response(body)
+
+
+class TodoResolveApi(APIView):
+    @extend_schema(
+        operation_id="todos_resolve",
+        summary="Resolve a waiting todo",
+        description="For agents whose claim or create scopes cover the queue (and staff): whatever it waits "
+        'for, it becomes pending at once with `resolution: {by: "agent", at, data}`. 409 with the state if '
+        "it is not waiting.",
+        request=ResolveInput,
+        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        data = _valid(ResolveInput, request.data)
+        return _render(queue.resolve(_todo_id(todo_id), by=agent.name, agent=agent, data=data["data"]))
+
+
+class WaitpointResolveApi(APIView):
+    # The token in the path is the credential (it has 192 random bits and resolves once); nothing else is
+    # asked, so a CI system or a person's browser form can call it.
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="waitpoints_resolve",
+        summary="Resolve a token wait",
+        description="No other credential: the token is one. The waiting todo becomes pending with "
+        '`resolution: {by: "token", at, data}`. Once only: a second resolve is 409, an unknown token 404.',
+        request=ResolveInput,
+        auth=[],
+        **docs.documented(ResolvedSerializer, (400, 404, 409, 413), docs.WAITPOINT_RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request, token: str) -> Response:
+        data = _valid(ResolveInput, request.data)
+        if not 1 <= len(token) <= 100:
+            raise TodoNotFound("No waitpoint has this token.")
+        queue.resolve_token(token, data=data["data"])
+        return Response({"resolved": True})
 
 
 class TodoRetryApi(APIView):

@@ -24,7 +24,7 @@ from rest_framework import serializers
 
 from switchboard import ids
 from switchboard.api import error_body
-from todos import queue, waiting
+from todos import queue, selectors, waiting
 from todos.api.serializers import (
     MAX_WAIT_SECONDS,
     ClaimNextInput,
@@ -37,6 +37,7 @@ from todos.api.serializers import (
     TodoCreateInput,
     TodoListFilter,
     TodoSerializer,
+    WaitInput,
     batch_outcomes,
     valid_batch,
 )
@@ -151,6 +152,7 @@ async def get_todo(agent: Agent, args: Args) -> JSONObject:
         todo = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
         if todo is None:
             raise TodoNotFound(f"No todo {todo_id}.")
+        selectors.show_awaited([todo])
         return _one(todo)
 
     return await in_thread(read)
@@ -177,6 +179,28 @@ def _with_receipt(
         return await in_thread(lambda: _one(transition(todo_id, agent=agent, **data)))
 
     return call
+
+
+async def wait(agent: Agent, args: Args) -> JSONObject:
+    todo_id = _todo_id(args)
+    data = _valid(WaitInput, args)
+
+    def run() -> JSONObject:
+        todo, token = queue.wait(
+            todo_id,
+            agent=agent,
+            lease_id=data["lease_id"],
+            wait_for=data["for"],
+            timeout_seconds=data["timeout_seconds"],
+            on_timeout=data["on_timeout"],
+        )
+        body = _one(todo)
+        if token is not None:
+            # A path on this server (MCP has no request URL to build from); REST answers the full URL.
+            body["waitpoint"] = {"token": token, "resolve_url": f"/api/v1/waitpoints/{token}/resolve/"}
+        return body
+
+    return await in_thread(run)
 
 
 async def create_for(agent: Agent, args: Args) -> JSONObject:
@@ -309,6 +333,23 @@ TOOLS: dict[str, Tool] = {
             _input({"id": _ID, "lease_id": _LEASE_ID}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.release, ReleaseInput),
+        ),
+        Tool(
+            "wait",
+            "Give your lease back and wait until for resolves: {todos:[ids]} all finish, {event:{source,type,"
+            "match}} arrives, or {token:true} is resolved. Your next claim shows resolution.",
+            _input(
+                {
+                    "id": _ID,
+                    "lease_id": _LEASE_ID,
+                    "for": {"type": "object"},
+                    "timeout_seconds": {"type": "number", "maximum": 2592000},
+                    "on_timeout": {"enum": ["pending", "fail"]},
+                },
+                ("id", "lease_id", "for", "timeout_seconds"),
+            ),
+            {"type": "object", "properties": {"todo": TODO_SCHEMA, "waitpoint": {"type": "object"}}},
+            wait,
         ),
         Tool(
             "create_for",

@@ -4,9 +4,11 @@
   no lease, no retry, not finished); both added NOT VALID then validated, as in 0008/0013/0014.
 * todo_runnable_idempotency_key covers waiting todos (they hold their key), built CONCURRENTLY under a new
   name and swapped in, as in 0012, so creates keep their arbiter throughout.
-* todos_todo gains waiting_for and resolution (nullable: no rewrite); todo_waiting (queue) WHERE waiting,
+* todos_todo gains waiting_for, resolution, and a wait on todos' edges (awaited_by, on the awaited todo) and
+  count (awaited_left, on the waiter); all nullable: no rewrite; todo_waiting (queue) WHERE waiting,
   CONCURRENTLY, for queue_stats() and the admin's filter.
-* todos_waitpoint: the open waits, with an index per resolver (timeout, event key, awaited ids).
+* todos_waitpoint: each todo's latest wait, with a partial index of the open ones per resolver (timeout,
+  event key).
 """
 
 from importlib import import_module
@@ -60,27 +62,32 @@ class Migration(migrations.Migration):
                 ("event_type_like", models.CharField(blank=True, max_length=300, null=True)),
                 ("event_match", models.JSONField(blank=True, null=True)),
                 ("event_key", models.CharField(blank=True, max_length=32, null=True)),
-                (
-                    "awaited_ids",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.CharField(max_length=40), blank=True, null=True, size=None
-                    ),
-                ),
-                ("unfinished", models.PositiveIntegerField(blank=True, null=True)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 "indexes": [
-                    models.Index(fields=["timeout_at"], name="waitpoint_timeout"),
                     models.Index(
-                        condition=models.Q(("event_key__isnull", False)),
+                        condition=models.Q(("resolved_at__isnull", True)),
+                        fields=["timeout_at"],
+                        name="waitpoint_timeout",
+                    ),
+                    models.Index(
+                        condition=models.Q(("event_key__isnull", False), ("resolved_at__isnull", True)),
                         fields=["event_key"],
                         name="waitpoint_event_key",
                     ),
-                    django.contrib.postgres.indexes.GinIndex(fields=["awaited_ids"], name="waitpoint_awaited_ids"),
                 ],
             },
         ),
         migrations.AddField(model_name="todo", name="resolution", field=models.JSONField(blank=True, null=True)),
+        migrations.AddField(
+            model_name="todo",
+            name="awaited_by",
+            field=django.contrib.postgres.fields.ArrayField(
+                base_field=models.CharField(max_length=40), blank=True, null=True, size=None
+            ),
+        ),
+        migrations.AddField(model_name="todo", name="awaited_left", field=models.IntegerField(blank=True, null=True)),
         migrations.AddField(model_name="todo", name="waiting_for", field=models.JSONField(blank=True, null=True)),
         migrations.AlterField(
             model_name="todo",

@@ -35,6 +35,7 @@ TOOL_NAMES = {
     "release",
     "create_for",
     "list_queues",
+    "wait",
 }
 ACCEPT = "application/json, text/event-stream"
 
@@ -156,6 +157,32 @@ def test_a_todo_lives_its_whole_life_through_tools_and_reads_as_rest_renders_it(
     assert todo.state == TodoState.DONE and todo.owner == "alice"
     assert out["read"] == json.loads(json.dumps(TodoSerializer(todo).data))
     assert out["none_left"] == {"todo": None}
+
+
+def test_an_agent_waits_through_the_tool_and_get_todo_shows_the_resolution(mcp_base, agent):
+    queue.create(queue="jobs", title="needs a person")
+
+    async def scenario(client: Any) -> dict[str, Any]:
+        claimed = ok(await client.call_tool("claim", {}))["todo"]
+        bad = await client.call_tool(
+            "wait", {"id": claimed["id"], "lease_id": claimed["lease_id"], "for": {"token": True}}
+        )
+        assert "timeout_seconds" in error(bad)["fields"]
+        waited = ok(
+            await client.call_tool(
+                "wait",
+                {"id": claimed["id"], "lease_id": claimed["lease_id"], "for": {"token": True}, "timeout_seconds": 60},
+            )
+        )
+        assert waited["todo"]["state"] == "waiting"
+        origin = mcp_base.split("/mcp", 1)[0]
+        url = origin + waited["waitpoint"]["resolve_url"]
+        resolved = await anyio.to_thread.run_sync(lambda: requests.post(url, json={"data": {"ok": 1}}, timeout=10))
+        assert resolved.status_code == 200
+        return ok(await client.call_tool("get_todo", {"id": claimed["id"]}))["todo"]
+
+    read = run(mcp_base, agent.token, scenario)
+    assert read["state"] == "pending" and read["resolution"]["data"] == {"ok": 1}
 
 
 def test_a_waiting_claim_is_woken_by_a_todo_created_meanwhile(mcp_base, agent):

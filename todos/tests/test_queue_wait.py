@@ -1,0 +1,188 @@
+"""Waits on a claimed todo (issue 20), one call at a time against PostgreSQL: wait gives the lease back,
+a waiting todo is never claimed, and each resolver (awaited todos, an event, a token, an agent, an
+operator, the timeout) moves it to pending with its resolution. Races: test_wait_concurrency.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+
+from todos import queue
+from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos.models import Todo, TodoState, Waitpoint
+
+pytestmark = pytest.mark.django_db
+
+DAY = 24 * 3600
+
+
+def _claimed(agent, make_todo, queue_name="jobs", **kw):
+    todo = make_todo(queue_name, **kw)
+    return queue.claim(todo.id, agent=agent)
+
+
+def _wait(agent, todo, wait_for, **kw):
+    return queue.wait(todo.id, agent=agent, lease_id=todo.lease_id, wait_for=wait_for, timeout_seconds=DAY, **kw)
+
+
+def _expire(todo):
+    Waitpoint.objects.filter(todo_id=todo.id).update(timeout_at=Now() - timedelta(seconds=1))
+
+
+def test_wait_gives_the_lease_and_the_attempt_back_and_shows_what_it_waits_for(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    waited, token = _wait(agent, todo, {"token": True})
+    assert waited.state == TodoState.WAITING
+    assert (waited.lease_id, waited.lease_expires_at, waited.attempt) == (None, None, 0)
+    assert waited.waiting_for == {"token": True}
+    assert token is not None and token not in str(waited.waiting_for) and len(token) >= 32
+    assert Waitpoint.objects.get(todo_id=todo.id).token_hash != token
+    assert waited.errors[-1]["error"] == "waiting"
+
+
+def test_a_waiting_todo_is_never_claimed(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _wait(agent, todo, {"token": True})
+    assert queue.claim_next(agent=agent, limit=10) == []
+    with pytest.raises(TodoConflict) as caught:
+        queue.claim(todo.id, agent=agent)
+    assert caught.value.state == TodoState.WAITING
+
+
+def test_the_old_receipt_cannot_complete_a_waiting_todo(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _wait(agent, todo, {"token": True})
+    with pytest.raises(TodoConflict):
+        queue.complete(todo.id, agent=agent, lease_id=todo.lease_id)
+
+
+def test_a_token_resolves_once_with_its_data_and_the_next_claim_reads_it(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _, token = _wait(agent, todo, {"token": True})
+    resolved = queue.resolve_token(token, data={"approved": True})
+    assert resolved.state == TodoState.PENDING and resolved.waiting_for is None
+    with pytest.raises(TodoConflict):
+        queue.resolve_token(token, data={})
+    again = queue.claim_next(agent=agent)[0]
+    assert again.id == todo.id and again.attempt == 1
+    assert again.resolution["by"] == "token" and again.resolution["data"] == {"approved": True}
+    assert [e["error"] for e in again.errors] == ["waiting", "wait resolved"]
+
+
+def test_an_unknown_token_is_not_found(db):
+    with pytest.raises(TodoNotFound):
+        queue.resolve_token("wpt_nothing", data={})
+
+
+def test_waiting_for_todos_resolves_when_the_last_one_finishes(agent, make_todo):
+    children = [make_todo("kids") for _ in range(3)]
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [c.id for c in children]})
+    first, second, third = (queue.claim(c.id, agent=agent) for c in children)
+    queue.complete(first.id, agent=agent, lease_id=first.lease_id, result={"n": 1})
+    queue.cancel(second.id, operator="ops")
+    assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING
+    queue.fail(third.id, agent=agent, lease_id=third.lease_id, error="boom")  # a retry: not finished
+    assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING
+    queue.cancel(third.id, operator="ops")
+    after = Todo.objects.get(pk=parent.id)
+    assert after.state == TodoState.PENDING
+    assert after.resolution["by"] == "todos" and after.resolution["todos"] == [c.id for c in children]
+
+
+def test_waiting_for_todos_already_finished_resolves_at_once(agent, make_todo):
+    child = _claimed(agent, make_todo, "kids")
+    queue.complete(child.id, agent=agent, lease_id=child.lease_id)
+    parent = _claimed(agent, make_todo)
+    waited, _ = _wait(agent, parent, {"todos": [child.id]})
+    assert waited.state == TodoState.PENDING
+    assert waited.resolution["by"] == "todos" and waited.resolution["todos"] == [child.id]
+
+
+def test_a_dead_letter_finishes_an_awaited_todo(agent, make_todo):
+    child = _claimed(agent, make_todo, "kids", max_attempts=1)
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [child.id]})
+    queue.fail(child.id, agent=agent, lease_id=child.lease_id, error="boom")
+    assert Todo.objects.get(pk=parent.id).state == TodoState.PENDING
+
+
+def test_a_wait_for_a_todo_outside_the_scopes_is_not_found_and_changes_nothing(make_agent, make_todo):
+    agent = make_agent("narrow", claim=["jobs"])
+    hidden = make_todo("secret")
+    todo = _claimed(agent, make_todo)
+    with pytest.raises(TodoNotFound, match=hidden.id):
+        _wait(agent, todo, {"todos": [hidden.id]})
+    assert Todo.objects.get(pk=todo.id).state == TodoState.CLAIMED
+    assert not Waitpoint.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("wait_for", "timeout", "field"),
+    [
+        ({"token": True, "todos": ["td_x"]}, DAY, "for"),
+        ({"sleep": 5}, DAY, "for.sleep"),
+        ({"todos": [f"td_{i}" for i in range(101)]}, DAY, "for.todos"),
+        ({"event": {"source": "gh", "type": "push", "match": {"a": {"b": 1}}}}, DAY, "for.event.match"),
+        ({"event": {"source": "gh", "when": "now"}}, DAY, "for.event.when"),
+        ({"token": True}, 31 * DAY, "timeout_seconds"),
+        ({"token": True}, 0, "timeout_seconds"),
+        ({"token": True}, None, "timeout_seconds"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(agent, make_todo, wait_for, timeout, field):
+    todo = _claimed(agent, make_todo)
+    with pytest.raises(InvalidTransitionInput) as caught:
+        queue.wait(todo.id, agent=agent, lease_id=todo.lease_id, wait_for=wait_for, timeout_seconds=timeout)
+    assert list(caught.value.extra["fields"]) == [field]
+    assert Todo.objects.get(pk=todo.id).state == TodoState.CLAIMED
+    assert not Waitpoint.objects.exists()
+
+
+def test_an_agent_resolves_a_wait_in_its_scopes_only(make_agent, make_todo):
+    worker = make_agent("worker", claim=["jobs"])
+    outsider = make_agent("outsider", claim=["other"])
+    todo = _claimed(worker, make_todo)
+    _wait(worker, todo, {"token": True})
+    with pytest.raises(TodoNotFound):
+        queue.resolve(todo.id, by="outsider", agent=outsider, data={})
+    resolved = queue.resolve(todo.id, by="worker", agent=worker, data={"ok": 1})
+    assert resolved.resolution["by"] == "agent" and resolved.resolution["data"] == {"ok": 1}
+
+
+def test_an_operator_rejects_with_a_note(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _wait(agent, todo, {"token": True})
+    resolved = queue.resolve(todo.id, by="staff:ops", verdict="rejected", note="not this week")
+    assert resolved.resolution["verdict"] == "rejected" and resolved.resolution["note"] == "not this week"
+    assert resolved.resolution["by"] == "operator"
+
+
+def test_a_timeout_makes_it_pending_again_marked_timed_out(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _wait(agent, todo, {"token": True})
+    _expire(todo)
+    assert queue.reap_once(batch=10).waits_timed_out == 1
+    after = Todo.objects.get(pk=todo.id)
+    assert after.state == TodoState.PENDING and after.resolution["timed_out"] is True
+    assert after.errors[-1]["error"] == "wait timed out"
+
+
+def test_a_timeout_with_fail_counts_toward_the_attempts(agent, make_todo):
+    todo = _claimed(agent, make_todo, max_attempts=1)
+    _wait(agent, todo, {"token": True}, on_timeout="fail")
+    _expire(todo)
+    queue.time_out_waits(batch=10)
+    after = Todo.objects.get(pk=todo.id)
+    assert after.state == TodoState.FAILED and after.is_dead_letter and after.attempt == 1
+
+
+def test_a_cancelled_waiting_todo_cannot_be_resolved(agent, make_todo):
+    todo = _claimed(agent, make_todo)
+    _, token = _wait(agent, todo, {"token": True})
+    queue.cancel(todo.id, operator="ops")
+    with pytest.raises(TodoConflict) as caught:
+        queue.resolve_token(token, data={})
+    assert caught.value.state == TodoState.CANCELLED
