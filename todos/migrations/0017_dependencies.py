@@ -45,8 +45,10 @@ BEGIN
             FROM edges GROUP BY dependent_id
         ),
         locked AS MATERIALIZED (
+            -- = ANY(ARRAY(...)): by the primary key, whatever the plan cache settles on (a join here once
+            -- walked the small todo_waiting index, every waiting todo, per settle).
             SELECT t.id FROM todos_todo t
-            WHERE t.id IN (SELECT dependent_id FROM per) AND t.state = 'waiting' AND t.dependencies_left > 0
+            WHERE t.id = ANY(ARRAY(SELECT dependent_id FROM per)) AND t.state = 'waiting' AND t.dependencies_left > 0
             ORDER BY t.id
             FOR NO KEY UPDATE OF t
         ),
@@ -74,7 +76,7 @@ BEGIN
                 updated_at = CASE WHEN (per.failed_id IS NULL OR t.on_dependency_failure <> 'cancel')
                                    AND t.dependencies_left > per.n THEN t.updated_at ELSE now() END
             FROM per
-            WHERE t.id = per.dependent_id AND t.id IN (SELECT id FROM locked)
+            WHERE t.id = per.dependent_id AND t.id = ANY(ARRAY(SELECT id FROM locked))
               AND t.state = 'waiting' AND t.dependencies_left > 0
             RETURNING t.id, t.queue, t.state, t.run_at, t.has_dependents
         ),

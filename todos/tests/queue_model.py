@@ -48,6 +48,8 @@ class ModelTodo:
     owner: str | None = None
     lease: str | None = None  # the current receipt
     errors: int = 0
+    left: int = 0  # waiting on dependencies: how many are not settled yet
+    policy: str = "cancel"  # on_dependency_failure
 
     @property
     def dead(self) -> bool:
@@ -69,6 +71,8 @@ class QueueModel:
     todos: dict[str, ModelTodo] = field(default_factory=dict)
     queues: set[str] = field(default_factory=set)
     clock: int = 0  # orders creations and agings
+    # Open dependency edges: a dependency's id -> the dependents still waiting on it (one entry per edge).
+    waits: dict[str, list[str]] = field(default_factory=dict)
 
     def tick(self) -> int:
         self.clock += 1
@@ -126,6 +130,46 @@ class QueueModel:
         self.todos[todo_id] = t
         return t, True
 
+    def create_depending(
+        self, todo_id: str, queue: str, key: str | None, depends_on: list[str], policy: str
+    ) -> tuple[ModelTodo, bool]:
+        """create with depends_on: waiting on each dependency (a duplicate counts once), which the ones
+        already finished settle at once; an existing runnable holder of the key is returned instead."""
+        holder = self.key_holder(queue, key)
+        if holder is not None:
+            self.queues.add(queue)
+            return holder, False
+        t, _ = self.create(todo_id, queue, key, None, 2)
+        deps = list(dict.fromkeys(depends_on))
+        t.state, t.left, t.policy = "waiting", len(deps), policy
+        for dep in deps:
+            self.waits.setdefault(dep, []).append(t.id)
+        self.settle([d for d in deps if self.finished(self.todos[d])])
+        return t, True
+
+    @staticmethod
+    def finished(t: ModelTodo) -> bool:
+        return t.state in ("done", "cancelled") or t.dead
+
+    def settle(self, finished: list[str]) -> None:
+        """What the statement that finished these todos does to their dependents: each waiting one counts
+        the dependency off; a dead or cancelled one cancels a dependent whose policy is cancel (whose own
+        dependents then settle too); the last one makes it pending. Each edge settles once."""
+        while finished:
+            cancelled: list[str] = []
+            for dep in finished:
+                for dependent_id in self.waits.pop(dep, []):
+                    d = self.todos[dependent_id]
+                    if d.state != "waiting" or d.left <= 0:
+                        continue
+                    d.left -= 1
+                    if self.todos[dep].state != "done" and d.policy == "cancel":
+                        d.state, d.errors = "cancelled", d.errors + 1
+                        cancelled.append(d.id)
+                    elif d.left == 0:
+                        d.state = "pending"
+            finished = cancelled
+
     def choose_next(self, agent: ModelAgent, wanted: list[str] | None, limit: int) -> list[ModelTodo]:
         """Which todos claim_next takes: per queue the first pending in claim order (priority, then
         run_at) and the earliest-due scheduled, plus the earliest-lapsed leases and the earliest-due
@@ -169,11 +213,14 @@ class QueueModel:
             t.state, t.lapsed, t.retry = "claimed", False, None
         elif verb == "complete":
             t.state, t.lease, t.lapsed, t.retry = "done", None, False, None
+            self.settle([t.id])
         elif verb == "fail":
             retry = "waiting" if t.attempt < t.max_attempts else None
             if self._revives_key(t, retry is not None):
                 return CONFLICT, t
             t.state, t.retry, t.lease, t.lapsed, t.errors = "failed", retry, None, False, t.errors + 1
+            if t.dead:
+                self.settle([t.id])
         elif verb == "release":
             if self._revives_key(t, True):
                 return CONFLICT, t
@@ -206,6 +253,7 @@ class QueueModel:
         if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
             return self._miss(t, agent)
         t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
+        self.settle([t.id])
         return OK, t
 
     def run_now(self, todo_id: str) -> Outcome:
@@ -241,6 +289,7 @@ class QueueModel:
                     t.state, requeued = "pending", requeued + 1
                 else:
                     t.state, t.retry, dead = "failed", None, dead + 1
+                    self.settle([t.id])
         for t in self.todos.values():
             if t.state == "failed" and t.retry == "due":
                 t.state, t.retry, promoted = "pending", None, promoted + 1

@@ -61,7 +61,7 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         # Each example starts from empty tables (the test is transaction=True: rows really commit).
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent CASCADE")
+            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_dependency CASCADE")
         self.model = QueueModel()
         self.spent: list[tuple[str, str, str]] = []
         self.agents: dict[str, Agent] = {}
@@ -103,6 +103,27 @@ class QueueMachine(RuleBasedStateMachine):
             todo.id, queue_name, key, assignee, max_attempts, priority, scheduled
         )
         self.check("created", str(created), str(expected_created))
+        assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
+        return todo.id
+
+    @rule(
+        target=todos,
+        queue_name=st.sampled_from(QUEUES),
+        key=st.sampled_from(KEYS),
+        depends_on=st.lists(todos, min_size=1, max_size=3),
+        policy=st.sampled_from(["cancel", "run"]),
+    )
+    def create_depending(self, queue_name: str, key: str | None, depends_on: list[str], policy: str) -> str:
+        todo, created = queue.create(
+            queue=queue_name,
+            idempotency_key=key,
+            max_attempts=2,
+            title="m",
+            depends_on=depends_on,
+            on_dependency_failure=policy,
+        )
+        expected, expected_created = self.model.create_depending(todo.id, queue_name, key, depends_on, policy)
+        self.check("created depending", str(created), str(expected_created))
         assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
         return todo.id
 
