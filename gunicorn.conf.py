@@ -9,6 +9,8 @@ database connection, so a process holds thousands of them.
 import glob
 import os
 import shutil
+import signal
+import sys
 import tempfile
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
@@ -51,6 +53,20 @@ def on_starting(server):
     # Files left by a previous run would add its counts to this one's.
     for stale in glob.glob(os.path.join(directory, "*.db")):
         os.remove(stale)
+
+
+def _exit_cleanly(signum, frame):
+    sys.exit(0)
+
+
+def post_worker_init(worker):
+    # uvicorn's worker resets SIGTERM and SIGINT to the default action, and uvicorn, once it has shut
+    # down gracefully, raises the signal again: the worker then dies of it and skips its atexit
+    # handlers. The embedded PostgreSQL (switchboard/embedded_db.py) is stopped by the atexit handler
+    # of the last process using it, so a killed worker left it running after Ctrl-C. Exiting through
+    # SystemExit instead runs them. uvicorn installs its own handlers while it serves.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_cleanly)
 
 
 def child_exit(server, worker):

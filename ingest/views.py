@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ingest import intake, providers
 from ingest.errors import BodyTooLarge, IngestError, InvalidDelivery, SignatureInvalid, UnknownSource
 from ingest.models import Source
+from switchboard import dberrors
 from switchboard.api import STATUS_BY_CODE, error_body
 from switchboard.metrics import INGEST_DELIVERIES
 
@@ -92,13 +93,12 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
         return _error(exc)
     except DatabaseError as exc:
         # Whatever failed, the transaction rolled back: nothing is stored, and the provider must retry.
-        logger.warning("ingest rejected source=%r reason=database: %s", slug, exc.__class__.__name__)
+        # Even a failure that is not the database's fault (a value PostgreSQL refuses) stays a 503:
+        # the delivery is kept by the provider until an operator fixes the cause.
+        logger.warning("ingest rejected source=%r reason=database: %s", slug, dberrors.describe(exc))
         _count(source, "failed")
-        return JsonResponse(
-            error_body("unavailable", "The database is unavailable; retry shortly."),
-            status=503,
-            headers={"Retry-After": "1"},
-        )
+        code, detail = dberrors.error_answer(exc) or ("unavailable", "The database refused the delivery; retry later.")
+        return JsonResponse(error_body(code, detail), status=503, headers={"Retry-After": "1"})
     body = {"event_id": outcome.event_id, "todo_ids": outcome.todo_ids, "duplicate": outcome.duplicate}
     _count(source, "duplicate" if outcome.duplicate else "accepted")
     if outcome.duplicate:

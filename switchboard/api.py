@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve, reverse
 from django.utils.deprecation import MiddlewareMixin
@@ -19,6 +19,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
+from switchboard import dberrors
 from switchboard.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ STATUS_BY_CODE = {
     "conflict": 409,
     "too_large": 413,
     "unavailable": 503,
+    "timeout": 503,
 }
 
 
@@ -65,13 +67,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     set_rollback()
     if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])
-    if isinstance(exc, OperationalError | InterfaceError):
-        logger.warning("database unavailable: %s", exc.__class__.__name__)
-        return Response(
-            error_body("unavailable", "The database is unavailable; retry shortly."),
-            status=503,
-            headers={"Retry-After": "1"},
-        )
+    if isinstance(exc, DatabaseError) and (answer := dberrors.error_answer(exc)):
+        code, detail = answer
+        return Response(error_body(code, detail), status=STATUS_BY_CODE[code], headers={"Retry-After": "1"})
     if isinstance(exc, RequestDataTooBig):
         return Response(error_body("too_large", "The request body is too large."), status=413)
     if isinstance(exc, Http404):
@@ -112,20 +110,15 @@ class CreatedCursorPagination(CursorPagination):
 
 
 class DatabaseUnavailableMiddleware(MiddlewareMixin):
-    """Outside DRF views too (ingest, admin, health), a lost database answers 503 JSON, never a 500
-    page with a trace; the next request reconnects (CONN_HEALTH_CHECKS). MiddlewareMixin makes it
-    async-capable, so under ASGI an async view behind it holds no thread."""
+    """Outside DRF views too (ingest, admin, health), a lost database (or a timeout, or contention:
+    switchboard/dberrors.py) answers 503 JSON, never a 500 page with a trace; the next request
+    reconnects (CONN_HEALTH_CHECKS). MiddlewareMixin makes it async-capable, so under ASGI an async
+    view behind it holds no thread."""
 
     def process_exception(self, request: Any, exception: Exception) -> JsonResponse | None:
-        if isinstance(exception, OperationalError | InterfaceError) or (
-            isinstance(exception, DatabaseError) and "connection" in str(exception).lower()
-        ):
-            logger.warning("database unavailable: %s", exception.__class__.__name__)
-            return JsonResponse(
-                error_body("unavailable", "The database is unavailable; retry shortly."),
-                status=503,
-                headers={"Retry-After": "1"},
-            )
+        if isinstance(exception, DatabaseError) and (answer := dberrors.error_answer(exception)):
+            code, detail = answer
+            return JsonResponse(error_body(code, detail), status=STATUS_BY_CODE[code], headers={"Retry-After": "1"})
         if request.path.startswith("/api/"):
             # An API client never gets Django's HTML error page (DEBUG on or off); the trace goes to
             # the log, with the request id the client sees.

@@ -8,33 +8,42 @@ coroutines.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 from importlib import import_module
 from typing import Any
 
 import django
-from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from asgiref.sync import iscoroutinefunction
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
-from django.http import HttpRequest, HttpResponseBase
-from django.urls import Resolver404, resolve
+from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import Resolver404, ResolverMatch, resolve, set_script_prefix
+
+from switchboard import executor
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
 
 
-class SingleThreadASGIHandler(ASGIHandler):
-    """Django's ASGI handler, with two changes that make it cheap.
+class PooledASGIHandler(ASGIHandler):
+    """Django's ASGI handler, with sync and async requests kept apart so that neither can wait for the other.
 
-    1. No per-request ThreadSensitiveContext. That context gives every request its own thread for
-       sync code, and Django's connections are per thread: each request would open a database
-       connection (and leave it to the garbage collector). Without it, a process's sync code (sync
-       views, middleware, signals, the queue's statements run through sync_to_async) all runs in
-       asgiref's one thread-sensitive thread, on one persistent connection that CONN_MAX_AGE and the
-       request signals manage as under WSGI.
-    2. A sync view runs with the whole middleware chain in one hop to that thread. Django's async
-       chain adapts each sync-only middleware separately (about 16 thread hops a request, measured:
-       most of a small request's cost); only an async view that will wait (its class's
-       ``runs_async(request)`` says so, or it has no such method) takes the async chain.
+    - A sync view runs with the whole sync middleware chain, and Django's request_started and
+      request_finished signals, in one hop to the process's bounded pool of threads
+      (switchboard/executor.py), on that thread's persistent connection. Django's async chain would
+      adapt each sync-only middleware separately (about 16 thread hops a request, measured: most of a
+      small request's cost).
+    - An async view runs on the event loop through Django's async chain, and never through
+      async_to_sync: its statements go to the same pool, one hop each. A view class can have both: a
+      sync view for most requests, and an async ``waiting_view`` for the requests its
+      ``runs_async(request)`` picks (a long-poll claim), so a plain claim pays one hop, not the async
+      chain.
+
+    Nothing in the pool waits for the loop and nothing on the loop blocks on the pool, so no request can
+    wait for something that only a request it blocks could provide (issue 19's deadlock).
     """
 
     def __init__(self) -> None:
@@ -45,28 +54,110 @@ class SingleThreadASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        loop = asyncio.get_running_loop()
+        if not executor.serving(loop):  # no lifespan startup (a server run with --lifespan off)
+            executor.serve(loop)
         await self.handle(scope, receive, send)
 
-    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        if self._waits(request):
-            return await super().get_response_async(request)
-        response: HttpResponseBase = await sync_to_async(self._sync.get_response, thread_sensitive=True)(request)
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            assert error_response is not None
+            body_file.close()
+            await self.send_response(error_response, send)
+            await executor.run_raw(error_response.close)
+            return
+        try:
+            view = self._async_view(request)
+            if view is None:
+                response = await executor.run_raw(functools.partial(self._respond, request, scope))
+                try:
+                    await self.send_response(response, send)
+                finally:
+                    if response.streaming:  # closed after its body was sent
+                        await executor.run_raw(response.close)
+                return
+            request._switchboard_view = view  # type: ignore[attr-defined]  # see resolve_request
+            await self._handle_async(request, scope, receive, send)
+        finally:
+            body_file.close()
+
+    def _respond(self, request: HttpRequest, scope: dict[str, Any]) -> HttpResponseBase:
+        """The sync path, in a pool thread: Django's request cycle as under WSGI."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        response = self._sync.get_response(request)
+        response._handler_class = self.__class__  # type: ignore[attr-defined]
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if not response.streaming:
+            # Its body is in memory: request_finished (which ages this thread's connection) runs here,
+            # in the thread that used the connection.
+            response.close()
         return response
 
+    async def _handle_async(self, request: HttpRequest, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's own handling of an async view: a client that disconnects cancels the view."""
+        await signals.request_started.asend(sender=self.__class__, scope=scope)
+
+        async def process_request() -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client disconnected during send_response
+            return response
+
+        serving = asyncio.create_task(process_request())
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self.listen_for_disconnect(receive)), serving]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = serving.result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await executor.run_raw(response.close)
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        # The async chain resolves the path again: it must call the view picked in handle().
+        match = super().resolve_request(request)
+        view = getattr(request, "_switchboard_view", None)
+        if view is not None:
+            match.func = view
+        return match
+
     @staticmethod
-    def _waits(request: HttpRequest) -> bool:
+    def _async_view(request: HttpRequest) -> Any:
+        """The coroutine view that serves ``request`` on the loop, or None for the sync path."""
         try:
             match = resolve(request.path_info)
         except Resolver404:
-            return False
-        if not iscoroutinefunction(match.func):
-            return False
-        decide = getattr(getattr(match.func, "cls", None), "runs_async", None)
-        return True if decide is None else bool(decide(request))
+            return None
+        cls = getattr(match.func, "cls", None)
+        waiting_view = getattr(cls, "waiting_view", None)
+        if waiting_view is not None:
+            return waiting_view if cls.runs_async(request) else None  # type: ignore[union-attr]
+        return match.func if iscoroutinefunction(match.func) else None
 
 
 django.setup(set_prefix=False)
-django_application = SingleThreadASGIHandler()
+django_application = PooledASGIHandler()
 
 from django.conf import settings  # noqa: E402  (after the app registry is ready)
 from django.utils.module_loading import import_string  # noqa: E402
@@ -99,6 +190,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
         return
+    loop = asyncio.get_running_loop()
+    if not executor.serving(loop):  # no lifespan startup (a server run with --lifespan off)
+        executor.serve(loop)
     path = scope.get("path", "")
     for prefix, app in _mounts:
         if path == prefix or path.startswith(prefix + "/"):

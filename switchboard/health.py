@@ -1,6 +1,9 @@
 """Liveness, readiness and Prometheus metrics: plain Django views, no authentication by agent token.
 
-/healthz  the process answers (no database call): a load balancer's or orchestrator's liveness probe.
+/healthz  the request path moves: answered from the process's pool of threads (so the event loop and the
+          pool both move), with one database round trip bounded by a statement timeout. An unreachable
+          database is reported but is no reason to restart (that is readiness); a round trip that
+          times out is (503). The watchdog (switchboard/watchdog.py) replaces a stuck process by itself.
 /readyz   the database answers and every migration is applied: the readiness probe. A new release
           started before `migrate` ran reports 503 until it has, instead of serving with old tables.
 /metrics  Prometheus text; optionally limited by METRICS_TOKEN and/or METRICS_ALLOWED_NETWORKS.
@@ -13,8 +16,9 @@ import ipaddress
 import logging
 import threading
 
+import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -44,7 +48,26 @@ def _unavailable(detail: str, reason: str, **extra: object) -> JsonResponse:
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+    database = _round_trip(settings.HEALTHZ_DATABASE_TIMEOUT_MS)
+    if database == "timeout":
+        return _unavailable(
+            f"A database round trip took over {settings.HEALTHZ_DATABASE_TIMEOUT_MS} ms.", "database_timeout"
+        )
+    return JsonResponse({"status": "ok", "database": database})
+
+
+def _round_trip(timeout_ms: int) -> str:
+    """ "ok", "unreachable" or "timeout": one SELECT on this thread's connection, in a transaction whose
+    statement timeout (SET LOCAL: nothing outlives it, even behind PgBouncer) bounds it."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
+            cursor.execute("SELECT 1")
+    except DatabaseError as exc:
+        connection.close_if_unusable_or_obsolete()
+        return "timeout" if isinstance(exc.__cause__, psycopg.errors.QueryCanceled) else "unreachable"
+    return "ok"
 
 
 def pending_migrations(alias: str = DEFAULT_DB_ALIAS) -> list[str]:

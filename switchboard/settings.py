@@ -85,7 +85,21 @@ ASGI_MOUNTS: dict[str, str] = {
 }
 # Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
 # server's event loop, and a stop answers every waiting claim at once.
-ASGI_LIFESPAN: list[str] = ["todos.waiting"]
+ASGI_LIFESPAN: list[str] = ["todos.waiting", "switchboard.watchdog"]
+# Each web process's pool of threads for sync work (switchboard/executor.py): every sync request and
+# every statement of an async view runs there, each thread on its own persistent connection. So a web
+# process holds at most WEB_THREADS database connections, plus one for its listener.
+WEB_THREADS = env.int("WEB_THREADS", default=8)
+if WEB_THREADS < 1:
+    raise ImproperlyConfigured("WEB_THREADS must be at least 1.")
+# A web process whose event loop or pool has not moved for this long exits, and gunicorn replaces it
+# (switchboard/watchdog.py). 0 turns the watchdog off.
+WATCHDOG_SECONDS = env.float("WATCHDOG_SECONDS", default=10)
+# /healthz's database round trip: slower than this is a stuck path (503).
+HEALTHZ_DATABASE_TIMEOUT_MS = env.int("HEALTHZ_DATABASE_TIMEOUT_MS", default=2000)
+# Test hooks (switchboard/test_hooks.py): /_test/stall/ blocks a process's loop or pool, to prove the
+# watchdog. Only the test settings (switchboard/settings_test.py) can turn them on.
+TEST_HOOKS = False
 
 TEMPLATES = [
     {

@@ -19,3 +19,5 @@ STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.s
 # not look for STATIC_ROOT at start-up (it would warn, and warnings are errors here).
 WHITENOISE_AUTOREFRESH = True
 WHITENOISE_USE_FINDERS = True
+# The stall hook (switchboard/test_hooks.py), for the watchdog's test on a real server; off otherwise.
+TEST_HOOKS = os.environ.get("SWITCHBOARD_TEST_HOOKS") == "1"

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -31,3 +32,8 @@ urlpatterns += [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics_view, name="metrics"),
 ]
+
+if settings.TEST_HOOKS:  # only under the test settings, when a test asks (switchboard/test_hooks.py)
+    from switchboard import test_hooks
+
+    urlpatterns += [path("_test/stall/<str:what>", test_hooks.stall)]

@@ -14,8 +14,8 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, hash_token
-from todos.waiting import AGENTS_CHANNEL, listener
 
 
 class AgentPrincipal:

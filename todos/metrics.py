@@ -18,6 +18,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from switchboard import dberrors
 from todos.errors import QueueError
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class QueueStateCollector:
         except DatabaseError as exc:
             # The counters are what an operator needs most during an outage (5xx, failed sweeps), so the
             # scrape still succeeds: without the queue gauges, and saying why.
-            logger.warning("metrics: queue state unavailable: %s", exc.__class__.__name__)
+            logger.warning("metrics: queue state unavailable: %s", dberrors.describe(exc))
             connections[DEFAULT_DB_ALIAS].close_if_unusable_or_obsolete()
             up.add_metric([], 0)
             yield up

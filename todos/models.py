@@ -90,6 +90,11 @@ class TodoQuerySet(models.QuerySet["Todo"]):
         return self.filter(states.DEAD_LETTER.q)
 
 
+# The unique index that makes a runnable todo hold its (queue, idempotency_key): a transition that
+# revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
+RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
+
+
 class Todo(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_todo_id, editable=False)
     queue = models.CharField(max_length=200, validators=[validate_queue_name])
@@ -152,7 +157,7 @@ class Todo(models.Model):
             models.UniqueConstraint(
                 fields=["queue", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False) & states.RUNNABLE.q,
-                name="todo_runnable_idempotency_key",
+                name=RUNNABLE_KEY_CONSTRAINT,
             ),
             models.CheckConstraint(condition=Q(attempt__gte=0), name="todo_attempt_not_negative"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="todo_max_attempts_positive"),

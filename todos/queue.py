@@ -98,6 +98,21 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
         reason = "queue_paused" if paused else "queue_limit"
         why = "its queue is paused" if paused else "its queue is at its concurrency or rate limit"
         return TodoConflict(f"Cannot claim {todo_id} now: {why}.", state=state, dead_letter=dead, reason=reason)
+    if (
+        action == "heartbeat"
+        and lease_id == current_lease
+        and (agent is None or owner_agent == agent.name)
+        and state in (TodoState.PENDING, TodoState.CLAIMED)
+    ):
+        # The receipt is current, so the lease lapsed and taking it back was refused (sql.HEARTBEAT).
+        reason = "queue_paused" if paused else "queue_limit"
+        why = "its queue is paused" if paused else "its queue is at its max_claimed"
+        return TodoConflict(
+            f"Cannot heartbeat {todo_id}: its lease lapsed and {why}, so it cannot be taken back.",
+            state=state,
+            dead_letter=dead,
+            reason=reason,
+        )
     if lease_id is not None and (current_lease != lease_id or (agent is not None and owner_agent != agent.name)):
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "
@@ -681,30 +696,40 @@ def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None
     raise _miss(todo_id, agent, "cancel")
 
 
+def _run_now(ids: Sequence[str], operator: str, agent: Agent | None) -> list[Todo]:
+    return fetch_todos(sql.RUN_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+
+
+@counted_batch("run_now")
 def run_now_many(ids: Sequence[str], *, operator: str, agent: Agent | None = None) -> list[Todo]:
     """scheduled -> pending now (run_at = now()), for each id that is scheduled."""
-    return fetch_todos(sql.RUN_NOW, {"ids": list(ids), "operator": operator, "visible": _visible(agent)})
+    return _run_now(ids, operator, agent)
 
 
 @counted("run_now")
 def run_now(todo_id: str, *, operator: str, agent: Agent | None = None) -> Todo:
     """scheduled -> pending now, without waiting for run_at; recorded in errors."""
-    rows = run_now_many([todo_id], operator=operator, agent=agent)
+    rows = _run_now([todo_id], operator, agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "run now")
 
 
-def set_priority_many(ids: Sequence[str], *, priority: int, agent: Agent | None = None) -> list[Todo]:
-    """The priority of each id that is pending or scheduled."""
+def _set_priority(ids: Sequence[str], priority: int, agent: Agent | None) -> list[Todo]:
     _check_priority(priority)
     return fetch_todos(sql.SET_PRIORITY, {"ids": list(ids), "priority": priority, "visible": _visible(agent)})
+
+
+@counted_batch("set_priority")
+def set_priority_many(ids: Sequence[str], *, priority: int, agent: Agent | None = None) -> list[Todo]:
+    """The priority of each id that is pending or scheduled."""
+    return _set_priority(ids, priority, agent)
 
 
 @counted("set_priority")
 def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> Todo:
     """A pending or scheduled todo's priority (409 once it has been claimed or finished)."""
-    rows = set_priority_many([todo_id], priority=priority, agent=agent)
+    rows = _set_priority([todo_id], priority, agent)
     if rows:
         return rows[0]
     raise _miss(todo_id, agent, "change the priority of")

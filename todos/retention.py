@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -26,14 +27,28 @@ logger = logging.getLogger("switchboard.retention")
 
 DAY = 86400.0
 
-# The daily purge belongs to whichever reaper moves this row's clock forward first; the others see a
-# run started within the period and skip. The UPSERT's row lock makes concurrent reapers take turns.
+# The daily purge belongs to whichever reaper moves its row's clock forward first; the others see a
+# run started recently and skip. The UPSERT's row lock makes concurrent reapers take turns. Only a run
+# that finishes spends the period: it records its start in the "<task>:done" row. Until such a run,
+# a purge that failed, crashed or was stopped is started again once its attempt is retry_seconds old.
 CLAIM_PERIODIC_TASK = """
 INSERT INTO todos_maintenance AS m (task, last_started_at) VALUES (%(task)s, now())
 ON CONFLICT (task) DO UPDATE SET last_started_at = now()
-WHERE m.last_started_at <= now() - make_interval(secs => %(every)s)
-RETURNING m.task
+WHERE m.last_started_at <= now() - make_interval(secs => LEAST(%(every)s, %(retry)s))
+  AND NOT EXISTS (
+    SELECT 1 FROM todos_maintenance done
+    WHERE done.task = %(task)s || ':done' AND done.last_started_at > now() - make_interval(secs => %(every)s))
+RETURNING m.last_started_at
 """
+
+FINISH_PERIODIC_TASK = """
+INSERT INTO todos_maintenance AS m (task, last_started_at) VALUES (%(task)s || ':done', %(started)s)
+ON CONFLICT (task) DO UPDATE SET last_started_at = GREATEST(m.last_started_at, EXCLUDED.last_started_at)
+"""
+
+# How soon a daily purge that did not finish is tried again: long enough that a purge failing for a
+# lasting reason (a full disk) does not run every few minutes, short enough to catch up the same day.
+PURGE_RETRY_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -115,12 +130,29 @@ def _purge_events(params: dict[str, Any], stop: Callable[[], bool]) -> int:
     return deleted
 
 
-def claim_periodic_task(task: str, *, every_seconds: float) -> bool:
-    """True for exactly one caller per ``every_seconds`` across all processes."""
+def claim_periodic_task(task: str, *, every_seconds: float, retry_seconds: float) -> datetime | None:
+    """The start time of this run, for exactly one caller at a time, once per ``every_seconds`` since
+    the last run that finished (finish_periodic_task), and at most once per ``retry_seconds`` until
+    one has; None for every other caller."""
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM_PERIODIC_TASK, {"task": task, "every": every_seconds})
-        return cursor.fetchone() is not None
+        cursor.execute(CLAIM_PERIODIC_TASK, {"task": task, "every": every_seconds, "retry": retry_seconds})
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
 
 
-def claim_daily_purge() -> bool:
-    return claim_periodic_task("purge", every_seconds=DAY)
+def finish_periodic_task(task: str, started: datetime) -> None:
+    """The run that ``claim_periodic_task`` started at ``started`` finished: it spends its period."""
+    with connection.cursor() as cursor:
+        cursor.execute(FINISH_PERIODIC_TASK, {"task": task, "started": started})
+
+
+def claim_daily_purge() -> datetime | None:
+    return claim_periodic_task("purge", every_seconds=DAY, retry_seconds=PURGE_RETRY_SECONDS)
+
+
+def run_daily_purge(started: datetime, should_stop: Callable[[], bool] | None = None) -> PurgeResult:
+    """The purge that claim_daily_purge granted; it spends the day only if it runs to the end."""
+    result = purge(should_stop=should_stop)
+    if not result.stopped:
+        finish_periodic_task("purge", started)
+    return result

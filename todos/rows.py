@@ -12,9 +12,11 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
+from switchboard import dberrors
+from switchboard.dberrors import retrying_once
 from todos import sql
 from todos.errors import TodoConflict
-from todos.models import Todo
+from todos.models import RUNNABLE_KEY_CONSTRAINT, Todo
 
 
 def server_cursor(db: BaseDatabaseWrapper | None = None) -> CursorWrapper:
@@ -66,11 +68,16 @@ def todo_from_row(row: tuple[Any, ...], db: BaseDatabaseWrapper) -> Todo:
 
 
 def fetch_todos(statement: str, params: dict[str, Any]) -> list[Todo]:
-    """Run a statement that returns sql.TODO_COLUMNS; build its rows into Todos."""
+    """Run a statement that returns sql.TODO_COLUMNS; build its rows into Todos. Each statement is one
+    guarded transition, so one that a deadlock aborted is run again once (switchboard/dberrors.py)."""
     db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection, not one per use
-    with server_cursor(db) as cursor:
-        cursor.execute(statement, params)
-        return [todo_from_row(row, db) for row in cursor.fetchall()]
+
+    def run() -> list[Todo]:
+        with server_cursor(db) as cursor:
+            cursor.execute(statement, params)
+            return [todo_from_row(row, db) for row in cursor.fetchall()]
+
+    return retrying_once(run)
 
 
 def fetch_todos_reviving(statement: str, params: dict[str, Any], action: str, todo_id: str) -> list[Todo]:
@@ -83,6 +90,8 @@ def fetch_todos_reviving(statement: str, params: dict[str, Any], action: str, to
                 return fetch_todos(statement, params)
         return fetch_todos(statement, params)
     except IntegrityError as exc:
+        if dberrors.constraint_name(exc) != RUNNABLE_KEY_CONSTRAINT:
+            raise  # a violated shape CHECK is a bug in the statement, not the caller's conflict
         raise TodoConflict(
             f"Cannot {action} {todo_id}: a newer runnable todo holds its idempotency key.",
             state="failed",
@@ -91,8 +100,13 @@ def fetch_todos_reviving(statement: str, params: dict[str, Any], action: str, to
 
 
 def fetchall(statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run a statement on a server-binding cursor and return its rows as they are (the sweeps)."""
-    with server_cursor() as cursor:
-        cursor.execute(statement, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-        return rows
+    """Run a statement on a server-binding cursor and return its rows as they are (the sweeps); run
+    again once if a deadlock aborted it, as fetch_todos."""
+
+    def run() -> list[tuple[Any, ...]]:
+        with server_cursor() as cursor:
+            cursor.execute(statement, params)
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            return rows
+
+    return retrying_once(run)

@@ -30,11 +30,12 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from switchboard import dberrors
 from todos import queue
 from todos.models import CatchUp, Schedule
 
@@ -184,9 +185,9 @@ def run_due_schedules(lookahead: float | None = None) -> ScheduleResult:
     for pk, name in due:
         try:
             made, passed = _run_one(pk, lookahead)
-        except (OperationalError, InterfaceError):
-            raise  # the database is gone: the sweep's own handler says so
         except Exception as exc:  # this schedule is broken; the rest are not
+            if isinstance(exc, DatabaseError) and dberrors.classify(exc) is dberrors.Failure.UNAVAILABLE:
+                raise  # the database is gone: the sweep's own handler says so
             broken += 1
             logger.warning("schedule %s skipped: %s: %s", name, exc.__class__.__name__, exc)
             Schedule.objects.filter(pk=pk).update(

@@ -463,13 +463,28 @@ SELECT * FROM claimed
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
 # the reaper dead-lettered at its cap: only an operator revives a dead-letter (SPEC decision 1).
+# Such a revival makes one more live lease in its queue, so it obeys the queue's controls as a claim
+# does: never in a paused queue, never past max_claimed (counted by todos_live_leases() under the
+# queue row's lock, as _queue_quotas counts). Rate limits meter new work handed out; a revival hands
+# out none (the same receive, the same attempt), so it takes no token. Refused, it changes nothing:
+# queue.heartbeat answers 409 with the reason. A live lease's heartbeat reads no queue row.
+_REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
+    WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
 HEARTBEAT = f"""
+WITH revival AS MATERIALIZED (
+    SELECT q.name, q.paused, q.max_claimed FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
+    FOR UPDATE OF q
+),
+may_revive AS MATERIALIZED (
+    SELECT NOT paused AND (max_claimed IS NULL OR todos_live_leases(name) < max_claimed) AS ok FROM revival
+)
 UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     updated_at = now()
-WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql()}
+WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
+    OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))
 RETURNING {_TODO_COLUMNS}
 """
 

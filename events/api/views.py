@@ -1,6 +1,6 @@
-"""Event history: list, read, replay. Scope rule (README "Webhooks"): an agent sees an event if any
-route of the event's source targets a queue within its claim or create scopes; staff see every event.
-Anything outside the caller's scope is 404, as if it did not exist."""
+"""Event history: list, read, replay. Scope rule (docs/producers.md, "Events API and its scope rule"): an
+agent sees an event if any route of the event's source targets a queue within its claim or create
+scopes; staff see every event. Anything outside the caller's scope is 404, as if it did not exist."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _event_or_404(request: Request, pk: str) -> Event:
 
 @extend_schema(
     summary="List events",
-    description="Events the caller may see (README: Webhooks, scope rule), newest first, without payloads.",
+    description="Events the caller may see (docs/producers.md: the events scope rule), newest first, without payloads.",
     parameters=[OpenApiParameter("source", str), OpenApiParameter("type", str)],
     responses={200: EventSummarySerializer(many=True), 400: _ERROR, 401: _ERROR, 503: _ERROR},
 )

@@ -1,10 +1,13 @@
-"""docs/deploy.md documents every environment variable the settings and gunicorn.conf.py read."""
+"""The docs keep one home per fact: docs/deploy.md documents every environment variable the settings and
+gunicorn.conf.py read; the README stays the pitch, the two commands, the first ten minutes and links,
+with no state table (docs/architecture.md holds the one); and no page links to a file that is gone."""
 
 from __future__ import annotations
 
 import re
 
 from switchboard.tests.conftest import ROOT
+from todos.models import TodoState
 
 READS = re.compile(r"""env\.\w+\(\s*["']([A-Z][A-Z0-9_]+)["']|os\.environ(?:\.get)?[\[(]\s*["']([A-Z][A-Z0-9_]+)["']""")
 
@@ -20,3 +23,36 @@ def test_every_setting_read_from_the_environment_is_in_the_deploy_guide():
     assert {"SECRET_KEY", "DATABASE_URL", "GUNICORN_WORKERS", "PURGE_DAILY"} <= variables  # the pattern works
     missing = sorted(v for v in variables if f"`{v}`" not in guide)
     assert not missing, f"docs/deploy.md does not document: {missing}"
+
+
+README = (ROOT / "README.md").read_text()
+DOC_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$", re.M)
+
+
+def test_the_readme_holds_no_state_table():
+    # One state table, in docs/architecture.md: the README once held two that disagreed with it.
+    first_cells = {row.split("|")[0].strip().strip("`*").lower() for row in TABLE_ROW.findall(README)}
+    assert "state" not in first_cells, "a state table in the README: it belongs in docs/architecture.md"
+    assert first_cells.isdisjoint(TodoState.values), "rows of a state table in the README"
+
+
+def test_the_readme_is_the_pitch_the_commands_the_first_ten_minutes_and_links():
+    assert len(README.splitlines()) < 250
+    assert [line for line in README.splitlines() if line.startswith("## ")] == [
+        "## The two commands",
+        "## The first ten minutes",
+        "## Read on",
+    ]
+
+
+def test_every_file_the_readme_and_docs_link_to_exists():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
+    assert len(pages) > 8
+    broken = [
+        f"{page.relative_to(ROOT)} -> {target}"
+        for page in pages
+        for target in DOC_LINK.findall(page.read_text())
+        if not target.startswith(("http://", "https://")) and not (page.parent / target).exists()
+    ]
+    assert broken == []

@@ -46,6 +46,19 @@ def _as_run_here(block: str, port: int) -> str:
     return block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
 
 
+def newcomer_env() -> dict[str, str]:
+    """A newcomer's shell: none of the test run's settings (its key, hosts, database) leak in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "SECRET", "ALLOWED", "DATABASE"))}
+    env = {
+        k: v
+        for k, v in env.items()
+        if k not in ("ENV_FILE", "SECURE_SSL_REDIRECT", "EMBEDDED_PG_DATA", "EMBEDDED_PG_DATABASE")
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(GUNICORN_WORKERS="1", GUNICORN_THREADS="4")
+    return env
+
+
 def _wait_for(url_port: int, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,15 +84,7 @@ def test_the_first_ten_minutes_run_as_written_on_a_fresh_clone(tmp_path):
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     (clone / ".venv").symlink_to((ROOT / ".venv").resolve())
     port = _free_port()
-    # A newcomer's shell: none of the test run's settings (its key, hosts, database) leak in.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "SECRET", "ALLOWED", "DATABASE"))}
-    env = {
-        k: v
-        for k, v in env.items()
-        if k not in ("ENV_FILE", "SECURE_SSL_REDIRECT", "EMBEDDED_PG_DATA", "EMBEDDED_PG_DATABASE")
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(GUNICORN_WORKERS="1", GUNICORN_THREADS="4")
+    env = newcomer_env()
     log = tmp_path / "make-run.log"
     with log.open("w") as out:
         service = subprocess.Popen(

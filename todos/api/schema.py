@@ -31,7 +31,7 @@ _ERRORS = {
     404: ("not_found", "No such todo in the caller's scopes.", None),
     409: ("conflict", "The todo exists but is not in a state (or lease) that allows this.", None),
     413: ("too_large", "The request body or a JSON value is over its size limit.", None),
-    503: ("unavailable", "The database is unavailable; retry shortly.", None),
+    503: ("unavailable", "The database is unavailable, or timed out (code `timeout`); retry shortly.", None),
 }
 
 

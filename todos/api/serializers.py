@@ -272,6 +272,7 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
             "too_large",
             "internal",
             "unavailable",
+            "timeout",
         ]
     )
     detail = serializers.CharField()

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
@@ -17,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from switchboard import ids
+from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
 from todos import auth, controls, queue, selectors, states, waiting
 from todos.api import schema as docs
@@ -204,32 +205,40 @@ class TodoClaimNextApi(APIView):
         request=ClaimNextInput,
         **docs.documented(ClaimedSerializer, (400, 401, 403, 413), docs.CLAIM_NEXT_EXAMPLES),
     )
-    async def post(self, request: HttpRequest) -> HttpResponse:
-        return await self._claim(request)
+    def post(self, request: Request) -> Response:
+        data = _valid(ClaimNextInput, request.data)
+        agent = caller_agent(request)
+        wait = data.pop("wait_seconds")
+        if wait:
+            # Outside an ASGI server (WSGI, the test client, runserver) a long-poll waits in this
+            # request's own thread; under one, switchboard/asgi.py sends it to waiting_view instead.
+            todos = async_to_sync(waiting.claim_next_waiting)(agent=agent, wait_seconds=wait, **data)
+        else:
+            todos = waiting.claim_now(agent=agent, **data)
+        return Response({"todos": TodoSerializer(todos, many=True).data})
 
     @staticmethod
     def runs_async(request: HttpRequest) -> bool:
-        """Under ASGI, only a claim that may wait takes the async path (switchboard/asgi.py): the
-        others run in the process's sync thread like any other request, which is cheaper."""
+        """Under ASGI, only a claim that may wait takes waiting_view, on the event loop
+        (switchboard/asgi.py): the others take the sync path, one hop to the pool, which is cheaper."""
         try:
             body = json.loads(request.body or b"{}")
         except (ValueError, RequestDataTooBig):  # the sync path answers these as usual
             return False
         return request.method == "POST" and isinstance(body, dict) and bool(body.get("wait_seconds"))
 
-    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:  # type: ignore[override]
-        """An async view, outside DRF's sync dispatch: a long-poll waits in the event loop
-        (todos/waiting.py) holding no thread and no connection. A bearer token whose agent is cached
-        costs no query; other callers (a staff session, with its CSRF check) go through DRF's own
-        authentication, in the process's sync thread."""
-        if request.method != "POST":  # the browsable API's 405 page, OPTIONS: DRF's own dispatch
-            response: HttpResponseBase = await sync_to_async(super().dispatch)(request, *args, **kwargs)
-            return response
-        return await self._claim(request)
-
-    async def _claim(self, request: HttpRequest) -> HttpResponse:
+    @staticmethod
+    @csrf_exempt  # a staff session's CSRF check is DRF's own, in _session_caller
+    async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/waiting.py)
+        holding no thread and no connection. A bearer token whose agent is cached costs no query; other
+        callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
+        view = TodoClaimNextApi()
+        view.setup(request, *args, **kwargs)
+        view.args, view.kwargs = args, kwargs
+        view.headers = view.default_response_headers
         try:
-            agent = await self._caller(request)
+            agent = await view._caller(request)
             request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
             todos = await waiting.claim_next_waiting(agent=agent, **data)
@@ -240,8 +249,9 @@ class TodoClaimNextApi(APIView):
     async def _caller(self, request: HttpRequest) -> Agent:
         token = auth.bearer_token(request.headers.get("Authorization", "").encode("latin-1"))
         if token is not None:
-            return auth.token_cache.cached(hash_token(token)) or await sync_to_async(auth.agent_for_token)(token)
-        return await sync_to_async(self._session_caller)(request)
+            cached = auth.token_cache.cached(hash_token(token))
+            return cached if cached is not None else await executor.run(auth.agent_for_token, token)
+        return await executor.run(self._session_caller, request)
 
     def _session_caller(self, request: HttpRequest) -> Agent:
         drf_request = self.initialize_request(request)
@@ -253,7 +263,7 @@ async def _error(exc: Exception) -> HttpResponse:
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         # DRF's dispatch adds this header to a 401; this view answers outside that dispatch.
         exc.auth_header = auth.BearerTokenAuthentication().authenticate_header(None)  # type: ignore[union-attr,arg-type]
-    response = await sync_to_async(exception_handler)(exc, {})
+    response = await executor.run(exception_handler, exc, {})
     if response is None:
         raise exc
     body = JsonResponse(response.data, status=response.status_code)

@@ -11,16 +11,24 @@ scope to the tool handler.
 from __future__ import annotations
 
 import contextlib
+import io
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.asgi import ASGIRequest
+from django.db import DatabaseError
+from django.http.request import split_domain_port, validate_host
+from django.utils.http import is_same_domain
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.responses import JSONResponse
 
+import switchboard
+from switchboard import dberrors
 from switchboard.api import error_body
 from todos import auth
 from todos.mcp import tools
@@ -61,6 +69,7 @@ async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReque
 def build_server() -> Server[Any]:
     return Server(
         "switchboard",
+        version=switchboard.__version__,
         title="Switchboard",
         instructions=INSTRUCTIONS,
         # Read directly, so a 2026-07-28 call's header check does not run tools/list each time.
@@ -70,16 +79,60 @@ def build_server() -> Server[Any]:
     )
 
 
-def _base_url(scope: Scope) -> str:
-    headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-    scheme = scope.get("scheme", "http")
-    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
-    if proxy_header:  # the same trust as Django's request.is_secure()
-        name, value = proxy_header
-        if headers.get(name.removeprefix("HTTP_").replace("_", "-").lower()) == value:
-            scheme = "https"
-    host = headers.get("host") or "{}:{}".format(*scope.get("server", ("localhost", 80)))
-    return f"{scheme}://{host}"
+def _allowed_hosts() -> list[str]:
+    # Django's own rule (HttpRequest.get_host): with DEBUG and no ALLOWED_HOSTS, localhost variants.
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return list(settings.ALLOWED_HOSTS)
+
+
+def _origin_allowed(request: ASGIRequest, base: str) -> bool:
+    """A browser's Origin, when one is sent: this server itself, an origin CSRF_TRUSTED_ORIGINS trusts
+    (``https://*.example.com`` covering subdomains, as Django reads it), or a host in ALLOWED_HOSTS (the
+    MCP Inspector's page on localhost, say). A DNS-rebound page carries its own foreign origin."""
+    origin = request.META.get("HTTP_ORIGIN")
+    if origin is None:  # not a browser: nothing can have been rebound
+        return True
+    if origin == base or origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return False  # "null" (a sandboxed frame, a file) and the like
+    for trusted in settings.CSRF_TRUSTED_ORIGINS:
+        wildcard = urlsplit(trusted)
+        if "*" in trusted and wildcard.scheme == parsed.scheme:
+            if is_same_domain(parsed.netloc, wildcard.netloc.lstrip("*")):
+                return True
+    domain, _port = split_domain_port(parsed.netloc)
+    return bool(domain) and validate_host(domain, _allowed_hosts())
+
+
+async def _checked_base_url(scope: Scope, receive: Receive, send: Send) -> str | None:
+    """``scheme://host`` of this request when its Host (or X-Forwarded-Host, if USE_X_FORWARDED_HOST) is
+    one of ALLOWED_HOSTS and its Origin, if any, is allowed; else the refusal is sent and None returned.
+
+    /mcp is mounted beside Django, not behind it, so Django's host check never runs here: this is it,
+    with Django's own reading of the headers (scheme from SECURE_PROXY_SSL_HEADER too). Without it a
+    forged Host reached the tools and was echoed back in the 401 challenge and the resource document,
+    and a page whose name was rebound to this server could call the tools from a browser."""
+    request = ASGIRequest(scope, io.BytesIO())
+    try:
+        base = f"{request.scheme}://{request.get_host()}"
+    except DisallowedHost:
+        refusal = JSONResponse(
+            error_body("invalid", "The Host header names no host this server answers to (ALLOWED_HOSTS)."),
+            status_code=400,
+        )
+        await refusal(scope, receive, send)
+        return None
+    if not _origin_allowed(request, base):
+        refusal = JSONResponse(error_body("forbidden", "Requests from this Origin are not allowed."), status_code=403)
+        await refusal(scope, receive, send)
+        return None
+    return base
 
 
 def _bearer_token(scope: Scope) -> str | None:
@@ -90,10 +143,10 @@ def _bearer_token(scope: Scope) -> str | None:
     return None
 
 
-async def _unauthorized(scope: Scope, receive: Receive, send: Send, *, invalid: bool) -> None:
+async def _unauthorized(scope: Scope, receive: Receive, send: Send, *, base: str, invalid: bool) -> None:
     # MCP authorization (2025-06-18 on) asks a 401 to point at the protected resource metadata (RFC 9728);
     # RFC 6750 adds error="invalid_token" only when a token was presented.
-    challenge = f'Bearer realm="switchboard", resource_metadata="{_base_url(scope)}{RESOURCE_METADATA_PATH}/mcp"'
+    challenge = f'Bearer realm="switchboard", resource_metadata="{base}{RESOURCE_METADATA_PATH}/mcp"'
     if invalid:
         challenge += ', error="invalid_token"'
     detail = "Invalid or revoked token." if invalid else "An agent's token is required: Authorization: Bearer <token>."
@@ -140,18 +193,22 @@ class McpEndpoint:
             )
             await response(scope, receive, send)
             return
+        base = await _checked_base_url(scope, receive, send)
+        if base is None:
+            return
         token = _bearer_token(scope)
         if not token:
-            await _unauthorized(scope, receive, send, invalid=token == "")
+            await _unauthorized(scope, receive, send, base=base, invalid=token == "")
             return
         try:
             agent = await agent_for_token(token)
-        except (OperationalError, InterfaceError):
-            body = error_body("unavailable", "The database is unavailable; retry shortly.")
-            await JSONResponse(body, status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
+        except DatabaseError as exc:
+            if (answer := dberrors.error_answer(exc)) is None:
+                raise
+            await JSONResponse(error_body(*answer), status_code=503, headers={"Retry-After": "1"})(scope, receive, send)
             return
         if agent is None:
-            await _unauthorized(scope, receive, send, invalid=True)
+            await _unauthorized(scope, receive, send, base=base, invalid=True)
             return
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
 
@@ -161,7 +218,9 @@ async def resource_metadata(scope: Scope, receive: Receive, send: Send) -> None:
     by an OAuth server, so none is named: a client must be given its token."""
     if scope["type"] != "http":
         return
-    base = _base_url(scope)
+    base = await _checked_base_url(scope, receive, send)
+    if base is None:
+        return
     body = {"resource": f"{base}/mcp", "bearer_methods_supported": ["header"], "resource_name": "Switchboard"}
     await JSONResponse(body)(scope, receive, send)
 

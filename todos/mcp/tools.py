@@ -3,7 +3,7 @@
 Each tool validates its arguments with the REST API's own input serializer, makes one call into
 todos/queue.py (or a read cut to the caller's scopes) and renders todos with the REST serializer, so a
 tool and its REST endpoint take the same values and answer the same JSON. Failures come back as tool
-errors carrying the REST error body (``{"error": {"code", "detail", ...}}``).
+errors whose text is the REST error body (``{"error": {"code", "detail", ...}}``).
 
 Schemas are written by hand and kept small: clients put the whole tool list into every context window
 (the list stays under 7 KB, measured in test_mcp_tools).
@@ -16,13 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import DatabaseError
 from mcp import types
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from rest_framework import serializers
 
-from switchboard import ids
+from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
 from todos import queue, selectors, waiting
 from todos.api.serializers import (
@@ -51,14 +52,6 @@ JSONObject = dict[str, Any]
 
 MAX_LIST_LIMIT = 100
 DEFAULT_LIST_LIMIT = 20
-
-
-class ToolFailure(Exception):
-    """A tool error whose structured content is ``body`` (the REST error shape)."""
-
-    def __init__(self, body: JSONObject) -> None:
-        super().__init__(body["error"]["detail"])
-        self.body = body
 
 
 # --- schemas ----------------------------------------------------------------------------------
@@ -117,17 +110,10 @@ def _one(todo: Todo) -> JSONObject:
 
 
 async def in_thread(function: Callable[[], T]) -> T:
-    """Run ORM work on Django's sync thread. Nothing here goes through Django's request handler, so its
-    connection is aged and health-checked the way the request_started/finished signals would do it."""
-
-    def run() -> T:
-        close_old_connections()
-        try:
-            return function()
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(run)()
+    """Run ORM work in the web process's pool of threads (switchboard/executor.py). Nothing here goes
+    through Django's request handler, so the pool ages and health-checks the thread's connection the way
+    the request_started/finished signals would."""
+    return await executor.run(function)
 
 
 async def list_todos(agent: Agent, args: Args) -> JSONObject:
@@ -374,16 +360,19 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def _result(body: JSONObject, *, is_error: bool = False) -> types.CallToolResult:
+def _result(body: JSONObject) -> types.CallToolResult:
     # The same JSON as text too: clients of the 2025-03-26 revision and older read only content.
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=body, is_error=is_error
-    )
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=body)
 
 
 def error_result(body: JSONObject) -> types.CallToolResult:
-    return _result(body, is_error=True)
+    """A tool error: the REST error body as the text content, and no structuredContent. Structured
+    content must match the tool's output schema, which describes success; clients that validate it
+    (the TypeScript SDK 1.x, the Inspector) turned ``{"error": ...}`` there into -32602 and hid the
+    code, so an agent could not tell a lost lease from a typo."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def _invalid(fields: Any) -> JSONObject:
@@ -391,18 +380,22 @@ def _invalid(fields: Any) -> JSONObject:
 
 
 async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToolResult:
-    """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body."""
+    """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body.
+    An unknown tool is not a tool's failure but a bad request: a JSON-RPC error (-32602), as the spec
+    asks."""
     tool = TOOLS.get(name)
     if tool is None:
-        return _result(error_body("not_found", f"No tool {name!r}."), is_error=True)
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name[:100]}")
     args = dict(arguments or {})
     if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
-        return _result(_invalid({key: ["Unknown argument."] for key in unknown}), is_error=True)
+        return error_result(_invalid({key: ["Unknown argument."] for key in unknown}))
     try:
         return _result(await tool.run(agent, args))
     except serializers.ValidationError as exc:
-        return _result(_invalid(exc.detail), is_error=True)
+        return error_result(_invalid(exc.detail))
     except QueueError as exc:
-        return _result(error_body(exc.code, exc.detail, **exc.extra), is_error=True)
-    except (OperationalError, InterfaceError):
-        return _result(error_body("unavailable", "The database is unavailable; retry shortly."), is_error=True)
+        return error_result(error_body(exc.code, exc.detail, **exc.extra))
+    except DatabaseError as exc:
+        if (answer := dberrors.error_answer(exc)) is None:
+            raise
+        return error_result(error_body(*answer))

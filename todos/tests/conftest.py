@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 
 from todos.models import Agent
+from todos.tests.gunicorn_live import start_server  # noqa: F401  (a fixture for the tests on the real server)
 from todos.waiting import listener
 
 V1 = "/api/v1"

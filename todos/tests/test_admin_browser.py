@@ -1,6 +1,6 @@
 """The operator's path through a real Chromium: log in, filter the dead-letters, retry two, see them
-pending, open the dashboard. Screenshots go to bench/out/screenshots/ (git-ignored; the README's come
-from there).
+pending, open the dashboard. Screenshots go to bench/out/screenshots/ (git-ignored; those in docs/img/
+come from there).
 
 Playwright's sync API runs an event loop in its thread, and Django refuses database work in a thread
 with a running loop; so the browser is driven from a worker thread of its own, while the test's

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import Counter
@@ -16,7 +15,7 @@ from django.db import connection, connections
 from todos import queue, waiting
 from todos.models import Todo, TodoState
 from todos.tests.conftest import Api
-from todos.waiting import listener
+from todos.waiting import listener, waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,7 +69,7 @@ def _claim_in_thread(client: Http, body: dict) -> tuple[threading.Thread, dict]:
 
 def _wait_for_waiters(n: int, timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
-    while len(listener._waiters) < n:
+    while len(waiters._waiters) < n:
         assert time.monotonic() < deadline, "the request never started waiting"
         time.sleep(0.01)
 
@@ -88,16 +87,42 @@ def test_long_poll_wakes_when_a_matching_todo_is_created(http, listening):
 
 
 def test_long_poll_is_not_woken_by_a_todo_in_another_queue(http, listening):
-    before = listener.wakes
+    before = waiters.wakes
     thread, out = _claim_in_thread(http, {"queues": ["jobs.*"], "wait_seconds": 1.5})
     _wait_for_waiters(1)
     other, _ = queue.create(queue="mail.x")
     thread.join(10)
     assert out["status"] == 200 and out["todos"] == []
     assert out["elapsed"] >= 1.4
-    assert listener.wakes == before  # the NOTIFY for mail.x woke nobody
+    assert waiters.wakes == before  # the NOTIFY for mail.x woke nobody
     other.refresh_from_db()
     assert other.state == TodoState.PENDING
+
+
+def test_an_assignee_waiting_behind_ten_other_agents_gets_its_todo_at_once(live_server, listening, make_agent):
+    others = [Http(live_server.url, make_agent(f"other{i}").token) for i in range(10)]
+    bob = make_agent("bob")
+    bob_http = Http(live_server.url, bob.token)
+    try:
+        polls = [_claim_in_thread(client, {"queues": ["assigned"], "wait_seconds": 6}) for client in others]
+        _wait_for_waiters(10)
+        time.sleep(0.2)  # each has made its first claim and sleeps
+        thread, out = _claim_in_thread(bob_http, {"queues": ["assigned"], "wait_seconds": 6})
+        _wait_for_waiters(11)
+        time.sleep(0.2)
+        created, _ = queue.create(queue="assigned", assignee="bob")
+        made_at = time.monotonic()
+        thread.join(10)
+        # The NOTIFY names only the queue: it woke the longest waiter, whose claim found nothing for its
+        # agent, and was handed on, agent by agent, to bob.
+        assert [t["id"] for t in out["todos"]] == [created.id]
+        assert out["answered"] - made_at < 1.5
+        for other_thread, other in polls:
+            other_thread.join(10)
+            assert other["todos"] == []
+    finally:
+        for client in [*others, bob_http]:
+            client.close()
 
 
 def test_long_poll_wakes_when_a_lease_lapses_without_any_write(http, listening, make_agent):
@@ -128,46 +153,19 @@ def test_a_lapse_wakes_one_of_many_waiters_who_share_one_read_of_when_it_comes(h
     crashed = make_agent("crashed", claim=["herd.*"])
     todo, _ = queue.create(queue="herd.a")
     queue.claim_next(agent=crashed, lease_seconds=1.5)
-    reads, claims = listener.due_reads, listener.claims
-    waiters = [_claim_in_thread(http, {"queues": ["herd.*"], "wait_seconds": 4}) for _ in range(4)]
-    for thread, _ in waiters:
+    reads, claims = waiters.due_reads, waiters.claims
+    polls = [_claim_in_thread(http, {"queues": ["herd.*"], "wait_seconds": 4}) for _ in range(4)]
+    for thread, _ in polls:
         thread.join(15)
-    outs = [out for _, out in waiters]
+    outs = [out for _, out in polls]
     assert sorted(len(out["todos"]) for out in outs) == [0, 0, 0, 1]
     # One read of when the lease lapses serves the four (two if one came late), and one after the
     # lapse; the lapse made one waiter claim, and the wake handed on by the one that got it one more.
-    assert listener.due_reads - reads <= 3
-    assert listener.claims - claims <= 4 + 2
+    assert waiters.due_reads - reads <= 3
+    assert waiters.claims - claims <= 4 + 2
     assert all(out["elapsed"] >= 3.9 for out in outs if not out["todos"])
     todo.refresh_from_db()
     assert todo.owner == "alice"
-
-
-def test_a_woken_claim_takes_its_turn_in_the_sync_thread_before_first_polls():
-    order: list[str] = []
-
-    async def scenario() -> None:
-        turns = waiting._Turns()
-        release = asyncio.Event()
-
-        async def hold() -> None:
-            await release.wait()
-
-        async def note(name: str) -> None:
-            order.append(name)
-
-        holders = [asyncio.ensure_future(turns.run(waiting.POLL, hold)) for _ in range(waiting.SYNC_SLOTS)]
-        await asyncio.sleep(0)
-        queued = [asyncio.ensure_future(turns.run(waiting.POLL, lambda n=n: note(n))) for n in ("poll 1", "poll 2")]
-        cancelled = asyncio.ensure_future(turns.run(waiting.WOKEN, lambda: note("cancelled")))
-        queued.append(asyncio.ensure_future(turns.run(waiting.WOKEN, lambda: note("woken"))))
-        await asyncio.sleep(0)
-        cancelled.cancel()
-        release.set()
-        await asyncio.gather(*holders, *queued)
-
-    asyncio.run(scenario())
-    assert order == ["woken", "poll 1", "poll 2"]
 
 
 def test_a_waiting_request_makes_no_queries_while_nothing_arrives(agent, listening, django_assert_num_queries):

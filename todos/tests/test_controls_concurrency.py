@@ -8,17 +8,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection, connections, transaction
+from django.db.models.functions import Now
 
 from todos import controls, queue, waiting
+from todos.errors import TodoConflict
 from todos.models import Agent, Todo, TodoState
 from todos.tests.test_api_longpoll import Http
 from todos.tests.test_concurrency import run_together, seed
 from todos.tests.test_reap_leases import BASE_DIR, _reaper_env
-from todos.waiting import listener
+from todos.waiting import listener, waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -214,7 +217,7 @@ def test_resume_wakes_a_long_poll_waiting_on_the_paused_queue(live_server, agent
     thread = threading.Thread(target=wait)
     thread.start()
     try:
-        _wait_until(lambda: len(listener._waiters) >= 1, 5, "the request to wait")
+        _wait_until(lambda: len(waiters._waiters) >= 1, 5, "the request to wait")
         time.sleep(1.0)
         assert thread.is_alive(), "a paused queue handed out its todo"
         resumed = time.monotonic()
@@ -250,7 +253,7 @@ def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
     for thread in threads:
         thread.start()
     try:
-        _wait_until(lambda: len(listener._waiters) >= 2, 5, "both claims to wait")
+        _wait_until(lambda: len(waiters._waiters) >= 2, 5, "both claims to wait")
         time.sleep(0.5)
         assert not answered, "a paused queue handed out a todo"
         resumed = time.monotonic()
@@ -289,3 +292,36 @@ def test_a_create_never_waits_for_a_claim_writing_its_queues_token_bucket(agent)
 
     _, created = run_together([claim_and_hold, create_meanwhile])
     assert created is True
+
+
+def test_heartbeats_taking_back_lapsed_leases_and_claims_together_never_pass_max_claimed(agent):
+    # Eight lapsed leases whose workers heartbeat, and eight claimers of fresh todos, all at once, on a
+    # queue capped at three: whoever wins, the queue never holds more than three live leases.
+    seed("capped", 8)
+    controls.set_limits("capped", max_claimed=8)
+    lapsed = queue.claim_next(agent=agent, queues=["capped"], limit=8)
+    Todo.objects.filter(pk__in=[t.id for t in lapsed]).update(lease_expires_at=Now() - timedelta(seconds=1))
+    seed("capped", 8)
+    controls.set_limits("capped", max_claimed=3)
+
+    def heartbeat(todo: Todo) -> Callable[[], int]:
+        def run() -> int:
+            try:
+                queue.heartbeat(todo.id, agent=agent, lease_id=todo.lease_id, lease_seconds=60)
+                return 1
+            except TodoConflict:
+                return 0
+            finally:
+                connections.close_all()
+
+        return run
+
+    def claimer() -> int:
+        try:
+            return len(queue.claim_next(agent=agent, queues=["capped"], lease_seconds=60))
+        finally:
+            connections.close_all()
+
+    taken = run_together([heartbeat(t) for t in lapsed] + [claimer] * 8)
+    assert sum(taken) == 3
+    assert _live_leases("capped") == 3

@@ -14,7 +14,7 @@ import pytest
 
 from todos import queue
 from todos.models import Todo, TodoState
-from todos.waiting import listener
+from todos.waiting import waiters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def _stop(proc: subprocess.Popen) -> str:
             proc.kill()
     # A long-poll the worker had in flight still waits on the server after the worker is gone (and
     # would claim the next test's todo): let it run out first.
-    _wait_until(lambda: not listener._waiters, timeout=10)
+    _wait_until(lambda: not waiters._waiters, timeout=10)
     return out
 
 
@@ -104,7 +104,7 @@ def test_heartbeats_keep_a_short_lease_alive_through_a_longer_handler(live_serve
 def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(live_server, agent):
     proc = _start(live_server, agent, "sleep:30", "--wait", "5")
     try:
-        _wait_until(lambda: len(listener._waiters) == 1)
+        _wait_until(lambda: len(waiters._waiters) == 1)
         proc.send_signal(signal.SIGTERM)
         # Created while the stopping worker's claim still waits on the server: the claim takes it, and
         # the worker must hand it straight back rather than let its lease lapse.
@@ -121,7 +121,7 @@ def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(live_serv
 def test_sigterm_mid_long_poll_exits_long_before_the_poll_would_end(live_server, agent):
     proc = _start(live_server, agent, "echo", "--wait", "10")
     try:
-        _wait_until(lambda: len(listener._waiters) == 1)
+        _wait_until(lambda: len(waiters._waiters) == 1)
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
@@ -133,7 +133,7 @@ def test_sigterm_mid_long_poll_exits_long_before_the_poll_would_end(live_server,
     # The request is aborted, not waited out: well inside the 10 s the server would have held it.
     assert took < 5, out
     # The live server's thread does not notice the hang-up; let its wait run out before the next test.
-    _wait_until(lambda: not listener._waiters, timeout=15)
+    _wait_until(lambda: not waiters._waiters, timeout=15)
 
 
 def test_drain_exits_once_the_queues_are_empty(live_server, agent):

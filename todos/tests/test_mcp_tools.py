@@ -13,8 +13,11 @@ import anyio
 import pytest
 import requests
 from django.db import connection
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+import switchboard
 from todos import queue
 from todos.api.serializers import TodoCreateInput, TodoSerializer
 from todos.mcp import tools
@@ -55,12 +58,21 @@ def ok(result: Any) -> dict[str, Any]:
 
 
 def error(result: Any) -> dict[str, Any]:
-    assert result.is_error, result.structured_content
-    return dict(result.structured_content["error"])
+    # The body is the text; structuredContent would have to match the output schema, which describes
+    # success (clients that validate it turned an error there into -32602).
+    assert result.is_error and result.structured_content is None, result
+    return dict(json.loads(result.content[0].text)["error"])
 
 
-def rpc(base: str, token: str | None, method: str, params: dict[str, Any], version: str | None = None) -> Any:
-    headers = {"Accept": ACCEPT}
+def rpc(
+    base: str,
+    token: str | None,
+    method: str,
+    params: dict[str, Any],
+    version: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    headers = {"Accept": ACCEPT, **(headers or {})}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if version:
@@ -291,11 +303,25 @@ def test_bad_arguments_are_invalid_naming_the_field_and_change_nothing(
     assert Todo.objects.count() == 1
 
 
-def test_an_unknown_tool_is_a_not_found_tool_error(mcp_base, agent):
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_an_unknown_tool_is_a_json_rpc_invalid_params_error_not_a_tool_error(mcp_base, agent, mode):
     async def scenario(client: Any) -> Any:
-        return error(await client.call_tool("delete_everything", {}))
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("delete_everything", {})
+        return raised.value
 
-    assert run(mcp_base, agent.token, scenario)["code"] == "not_found"
+    refused = run(mcp_base, agent.token, scenario, mode=mode)
+    assert refused.code == INVALID_PARAMS and refused.message == "Unknown tool: delete_everything"
+    wire = rpc(mcp_base, agent.token, "tools/call", {"name": "delete_everything", "arguments": {}}, "2025-11-25")
+    assert wire.json()["error"]["code"] == INVALID_PARAMS and "result" not in wire.json()
+
+
+def test_server_info_names_the_release(mcp_base, agent):
+    async def scenario(client: Any) -> Any:
+        return client.server_info
+
+    info = run(mcp_base, agent.token, scenario, mode="legacy")
+    assert info.version == switchboard.__version__ and info.version
 
 
 def test_a_payload_over_the_limit_is_too_large_and_creates_nothing(mcp_base, agent, settings):
@@ -330,6 +356,53 @@ def test_a_wrong_or_deactivated_token_is_401_invalid_token(mcp_base, agent):
     assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["WWW-Authenticate"]
     Agent.objects.filter(pk=agent.pk).update(is_active=False)
     assert rpc(mcp_base, agent.token, "tools/list", {}, version="2025-11-25").status_code == 401
+
+
+# --- hosts and origins (DNS rebinding) ----------------------------------------------------------
+
+FORGED = "evil.example.com"
+
+
+@pytest.mark.parametrize("with_token", [True, False])
+def test_a_host_outside_allowed_hosts_is_400_and_never_echoed(mcp_base, agent, with_token):
+    refused = rpc(mcp_base, agent.token if with_token else None, "tools/list", {}, "2025-11-25", {"Host": FORGED})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid"
+    assert FORGED not in refused.text and FORGED not in str(refused.headers)
+    assert requests.get(mcp_base + "/api/v1/", headers={"Host": FORGED}, timeout=10).status_code == 400  # as REST
+    assert Todo.objects.count() == 0
+
+
+def test_the_protected_resource_document_refuses_a_forged_host_and_names_the_real_one(mcp_base):
+    url = mcp_base + "/.well-known/oauth-protected-resource/mcp"
+    refused = requests.get(url, headers={"Host": FORGED}, timeout=10)
+    assert refused.status_code == 400 and FORGED not in refused.text
+    assert requests.get(url, headers={"Host": "localhost"}, timeout=10).json()["resource"] == "http://localhost/mcp"
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [
+        ("http://evil.example.com", 403),  # a DNS-rebound page: its own origin, our Host
+        ("null", 403),
+        ("https://127.0.0.1.evil.example.com", 403),
+        ("http://localhost:6274", 200),  # a page on a host this server answers to (the MCP Inspector)
+        (None, 200),  # not a browser
+    ],
+)
+def test_a_browser_origin_must_be_this_server_or_an_allowed_host(mcp_base, agent, origin, status):
+    headers = {"Origin": origin} if origin else {}
+    response = rpc(mcp_base, agent.token, "tools/list", {}, "2025-11-25", headers)
+    assert response.status_code == status, response.text
+    if status == 403:
+        assert response.json()["error"]["code"] == "forbidden"
+
+
+def test_the_servers_own_origin_is_allowed_and_a_foreign_one_refused_before_the_token(mcp_base, agent):
+    own = rpc(mcp_base, agent.token, "tools/list", {}, "2025-11-25", {"Origin": mcp_base})
+    assert own.status_code == 200
+    # The unauthenticated challenge is refused the same way for a foreign origin, before the token.
+    foreign = rpc(mcp_base, None, "tools/list", {}, "2025-11-25", {"Origin": "http://evil.example.com"})
+    assert foreign.status_code == 403 and "WWW-Authenticate" not in foreign.headers
 
 
 # --- protocol revisions -----------------------------------------------------------------------

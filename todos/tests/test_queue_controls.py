@@ -207,3 +207,66 @@ def test_a_long_poll_refused_by_max_claimed_polls_again(agent, make_todo):
     queue.claim_next(agent=agent, lease_seconds=600)
     due = selectors.seconds_until_claimable(agent)
     assert due is not None and due <= 0
+
+
+def _lapse(todo: Todo) -> None:
+    Todo.objects.filter(pk=todo.pk).update(lease_expires_at=Now() - timedelta(seconds=1))
+
+
+def _live_leases() -> int:
+    return Todo.objects.filter(state=TodoState.CLAIMED, lease_expires_at__gte=Now()).count()
+
+
+def test_a_heartbeat_does_not_take_back_a_lapsed_lease_past_max_claimed(make_agent, make_todo):
+    slow, fast = make_agent("slow"), make_agent("fast")
+    first, second = make_todo("jobs"), make_todo("jobs")
+    controls.set_limits("jobs", max_claimed=1)
+    late = queue.claim(first.id, agent=slow)
+    _lapse(late)
+    held = queue.claim(second.id, agent=fast)  # the lapsed lease freed the one slot
+    with pytest.raises(TodoConflict) as caught:
+        queue.heartbeat(late.id, agent=slow, lease_id=late.lease_id)
+    assert caught.value.extra["reason"] == "queue_limit"
+    assert _live_leases() == 1
+    # The slot's own holder heartbeats as ever; once it is done, the lapsed lease may be taken back.
+    queue.heartbeat(held.id, agent=fast, lease_id=held.lease_id)
+    queue.complete(held.id, agent=fast, lease_id=held.lease_id)
+    assert queue.heartbeat(late.id, agent=slow, lease_id=late.lease_id).state == TodoState.CLAIMED
+    assert _live_leases() == 1
+
+
+def test_a_heartbeat_does_not_take_back_a_requeued_lease_past_max_claimed(make_agent, make_todo):
+    slow = make_agent("slow")
+    make_todo("jobs")
+    controls.set_limits("jobs", max_claimed=1)
+    [late] = queue.claim_next(agent=slow)
+    _lapse(late)
+    queue.requeue_lapsed(batch=10)  # the reaper: back to pending, the receipt kept
+    make_todo("jobs", state=TodoState.CLAIMED, owner="fast", attempt=1)  # the slot, taken meanwhile
+    with pytest.raises(TodoConflict) as caught:
+        queue.heartbeat(late.id, agent=slow, lease_id=late.lease_id)
+    assert caught.value.extra["reason"] == "queue_limit"
+    assert Todo.objects.get(pk=late.pk).state == TodoState.PENDING
+    assert _live_leases() == 1
+
+
+def test_a_heartbeat_does_not_take_back_a_lapsed_lease_in_a_paused_queue(agent, make_todo):
+    make_todo("jobs")
+    [late] = queue.claim_next(agent=agent)
+    _lapse(late)
+    controls.pause("jobs")
+    with pytest.raises(TodoConflict) as caught:
+        queue.heartbeat(late.id, agent=agent, lease_id=late.lease_id)
+    assert caught.value.extra["reason"] == "queue_paused"
+    assert _live_leases() == 0
+    controls.resume("jobs")
+    assert queue.heartbeat(late.id, agent=agent, lease_id=late.lease_id).state == TodoState.CLAIMED
+
+
+def test_a_live_lease_still_heartbeats_in_a_paused_or_full_queue(agent, make_todo):
+    make_todo("jobs")
+    [held] = queue.claim_next(agent=agent)
+    controls.set_limits("jobs", max_claimed=1)
+    controls.pause("jobs")
+    extended = queue.heartbeat(held.id, agent=agent, lease_id=held.lease_id, lease_seconds=600)
+    assert extended.lease_expires_at > held.lease_expires_at

@@ -60,6 +60,16 @@ def test_create_outside_the_agents_create_scopes_is_invalid_and_stores_nothing(m
 
 
 def test_create_rejects_a_malformed_queue_name(db):
-    with pytest.raises(InvalidTransitionInput):
+    with pytest.raises(InvalidTransitionInput) as caught:
         queue.create(queue="has space")
+    assert list(caught.value.extra["fields"]) == ["queue"] and "Queue names are" in caught.value.detail
+    assert Todo.objects.count() == 0
+
+
+@pytest.mark.parametrize("name", [7, None, ["q"]])
+def test_create_rejects_a_queue_name_that_is_not_a_string_naming_the_field(db, name):
+    # A caller other than the serializers (MCP, a route, a script) may pass anything.
+    with pytest.raises(InvalidTransitionInput) as caught:
+        queue.create(queue=name)
+    assert list(caught.value.extra["fields"]) == ["queue"]
     assert Todo.objects.count() == 0

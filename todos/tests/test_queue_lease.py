@@ -160,7 +160,7 @@ def test_complete_of_a_lease_the_reaper_dead_lettered_is_allowed(agent, dead_let
 
 
 def test_release_and_lapse_requeue_leave_the_same_claim_fields(agent, make_todo):
-    # The rule (README "How it works"): owner and claimed_at are the last claim's, whatever ended it;
+    # The rule (docs/api.md, "How a todo lives"): owner and claimed_at are the last claim's, whatever ended it;
     # only the receipt differs, since a lapsed receipt stays valid until someone re-claims (SPEC decision 2).
     make_todo("q")
     make_todo("q")

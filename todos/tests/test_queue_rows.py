@@ -3,10 +3,15 @@ RawQuerySet and Model.__init__ were most of its own cost). Those Todos must be o
 
 from __future__ import annotations
 
+import pytest
+from django.db import IntegrityError
 from django.db.models.signals import post_init
 
-from todos import queue
-from todos.models import Todo
+from switchboard import dberrors
+from todos import queue, sql
+from todos.errors import TodoConflict
+from todos.models import Todo, TodoState
+from todos.rows import fetch_todos_reviving
 
 
 def _fields(todo: Todo) -> dict:
@@ -44,3 +49,22 @@ def test_init_signal_listeners_still_see_returned_todos(agent, make_todo):
     finally:
         post_init.disconnect(listener, sender=Todo)
     assert seen == [todo.id]
+
+
+def test_a_violated_shape_check_is_not_read_as_a_taken_idempotency_key(agent, make_todo):
+    make_todo("q")
+    [todo] = queue.claim_next(agent=agent)
+    params = {"id": todo.id, "lease_id": todo.lease_id, "agent": agent.name, "visible": ["%"], "lease_seconds": None}
+    # A heartbeat without a lease length would leave a claim without its expiry: the claimed shape CHECK.
+    with pytest.raises(IntegrityError) as caught:
+        fetch_todos_reviving(sql.HEARTBEAT, params, "heartbeat", todo.id)
+    assert dberrors.constraint_name(caught.value) == "todo_claimed_shape"
+
+
+def test_a_taken_idempotency_key_is_a_conflict_naming_it(agent, make_todo):
+    make_todo("q", state=TodoState.FAILED, attempt=5, idempotency_key="k")  # a dead-letter frees its key
+    newer = make_todo("q", idempotency_key="k")
+    dead = Todo.objects.exclude(pk=newer.pk).get()
+    with pytest.raises(TodoConflict) as caught:
+        queue.retry_dead_letter(dead.id, mode="reset", operator="op")
+    assert caught.value.extra["reason"] == "idempotency_key_taken"

@@ -159,3 +159,30 @@ def _started(proc: subprocess.Popen[str]) -> bool:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     return "reaper started" in line
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reap_leases_loop_exits_non_zero_after_a_few_sweeps_that_cannot_work():
+    # A batch PostgreSQL refuses (LIMIT -1) fails every sweep the same way: no retry can cure it.
+    proc = _start_reaper("--interval", "0.05", "--batch", "-1")
+    try:
+        proc.wait(timeout=60)
+    finally:
+        output = _stop(proc)
+    assert proc.returncode == 1, output
+    failures = [line for line in output.splitlines() if "reaper sweep failed" in line]
+    assert len(failures) == 3, output
+    cause = "(broken): InvalidRowCountInLimitClause SQLSTATE 2201W: LIMIT must not be negative"
+    assert all(cause in line for line in failures)
+    assert "reaper stopped: 3 sweeps failed" in output
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reap_leases_once_exits_non_zero_when_its_sweep_cannot_work():
+    proc = _start_reaper("--once", "--batch", "-1")
+    try:
+        proc.wait(timeout=60)
+    finally:
+        output = _stop(proc)
+    assert proc.returncode == 1, output
+    assert "SQLSTATE 2201W" in output

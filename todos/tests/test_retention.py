@@ -118,11 +118,44 @@ def test_purge_skips_a_dead_letter_an_operator_just_retried(make_todo):
 def test_claim_daily_purge_is_granted_once_per_day(db):
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM todos_maintenance")
-    assert retention.claim_daily_purge() is True
-    assert retention.claim_daily_purge() is False
+    assert retention.claim_daily_purge() is not None
+    assert retention.claim_daily_purge() is None
     with connection.cursor() as cursor:
         cursor.execute("UPDATE todos_maintenance SET last_started_at = now() - interval '25 hours'")
-    assert retention.claim_daily_purge() is True
+    assert retention.claim_daily_purge() is not None
+
+
+def _age_maintenance(task: str, hours: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE todos_maintenance SET last_started_at = last_started_at - make_interval(hours => %s)"
+            " WHERE task = %s",
+            [hours, task],
+        )
+
+
+def test_a_daily_purge_that_was_stopped_does_not_spend_the_day(db):
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM todos_maintenance")
+    started = retention.claim_daily_purge()
+    assert started is not None
+    assert retention.run_daily_purge(started, should_stop=lambda: True).stopped
+    assert retention.claim_daily_purge() is None  # the attempt is recent: no second purger at once
+    _age_maintenance("purge", 2)  # the attempt is older than the retry period, the day not over
+    assert retention.claim_daily_purge() is not None
+
+
+def test_a_daily_purge_that_finished_spends_the_day(db):
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM todos_maintenance")
+    started = retention.claim_daily_purge()
+    assert started is not None
+    assert not retention.run_daily_purge(started).stopped
+    _age_maintenance("purge", 2)
+    assert retention.claim_daily_purge() is None
+    _age_maintenance("purge", 23)
+    _age_maintenance("purge:done", 25)
+    assert retention.claim_daily_purge() is not None
 
 
 @pytest.mark.django_db(transaction=True)

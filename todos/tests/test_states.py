@@ -244,3 +244,15 @@ def test_every_state_has_a_shape_constraint(db):
 def test_the_database_refuses_a_shape_no_transition_produces(db, bad):
     with pytest.raises(IntegrityError), transaction.atomic():
         _insert("bad", bad)
+
+
+def test_the_live_lease_count_of_max_claimed_is_states_live_lease(table):
+    # todos_live_leases() (migration 0014, served by index todo_live_leases) writes the condition out in
+    # SQL, as a migration must: it is tied to states.LIVE_LEASE here, in its text and on every shape.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_functiondef('todos_live_leases(text)'::regprocedure)")
+        definition = " ".join(cursor.fetchone()[0].split())
+        cursor.execute("SELECT todos_live_leases('shapes')")
+        counted = cursor.fetchone()[0]
+    assert f"WHERE t.queue = queue_name AND {states.LIVE_LEASE.sql('t')})" in definition, definition
+    assert counted == len(EXPECTED[states.LIVE_LEASE.label]) == 1

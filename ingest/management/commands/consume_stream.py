@@ -24,7 +24,7 @@ from django.db import DatabaseError, close_old_connections
 from ingest.models import Source
 from ingest.providers import stream as stream_provider
 from ingest.streams import StreamConsumer
-from switchboard import metrics
+from switchboard import dberrors, metrics
 
 logger = logging.getLogger("ingest.streams")
 
@@ -142,7 +142,7 @@ class Command(BaseCommand):
                 source = Source.objects.filter(slug=slug).first()
             except DatabaseError as exc:
                 failures += 1
-                logger.warning("stream consumer cannot read its source yet: %s", exc.__class__.__name__)
+                logger.warning("stream consumer cannot read its source yet: %s", dberrors.describe(exc))
                 close_old_connections()
                 if self.stopping.wait(_backoff(failures)):
                     return None
@@ -186,7 +186,7 @@ class Command(BaseCommand):
                     "stream consumer pass failed stream=%r cause=%s error=%s; retrying in %.1fs",
                     consumer.stream,
                     cause,
-                    exc.__class__.__name__,
+                    exc.__class__.__name__ if isinstance(exc, RedisError) else dberrors.describe(exc),
                     delay,
                 )
                 metrics.STREAM_ERRORS.labels(stream=consumer.stream, cause=cause).inc()

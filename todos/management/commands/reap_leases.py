@@ -11,12 +11,14 @@ import logging
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, close_old_connections, connection
 
+from switchboard import dberrors
 from switchboard.logs import log_event
 from todos import metrics, queue, retention, schedules
 
@@ -24,6 +26,11 @@ logger = logging.getLogger("switchboard.reaper")
 
 # With PURGE_DAILY, how often a reaper asks the database whether today's purge has been run.
 PURGE_CHECK_SECONDS = 300.0
+# Sweeps in a row that fail with an error retrying cannot cure (dberrors.Failure.BROKEN: bad
+# arguments, a missing table, a refused password) before the reaper exits non-zero, so that its
+# supervisor shows it failing instead of a log line repeating forever. More than one: a migration
+# running beside it may briefly leave a table missing.
+BROKEN_SWEEPS_BEFORE_EXIT = 3
 
 
 class Command(BaseCommand):
@@ -34,6 +41,8 @@ class Command(BaseCommand):
         self.stopping = threading.Event()
         self.next_purge_check = 0.0
         self.purger: threading.Thread | None = None
+        self.broken_sweeps = 0
+        self.last_error = ""
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--interval", type=float, default=None, help="Seconds between sweeps.")
@@ -45,6 +54,8 @@ class Command(BaseCommand):
         batch = options["batch"] or settings.REAPER_BATCH_SIZE
         if options["once"]:
             self.sweep(batch)
+            if self.broken_sweeps:
+                raise CommandError(f"reaper sweep cannot work: {self.last_error}")
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
@@ -56,6 +67,11 @@ class Command(BaseCommand):
         logger.info("reaper started interval=%ss batch=%s", interval, batch)
         while not self.stopping.is_set():
             self.sweep(batch)
+            if self.broken_sweeps >= BROKEN_SWEEPS_BEFORE_EXIT:
+                self.stopping.set()
+                if self.purger is not None:
+                    self.purger.join(timeout=30)
+                raise CommandError(f"reaper stopped: {self.broken_sweeps} sweeps failed with {self.last_error}")
             if settings.PURGE_DAILY:
                 self.maybe_start_purge()
             self.stopping.wait(interval)
@@ -74,11 +90,15 @@ class Command(BaseCommand):
             result = queue.reap_once(batch=batch, should_stop=self.stopping.is_set)
             ticks = schedules.run_due_schedules()
         except DatabaseError as exc:
-            # The database is down or restarting: say so once per sweep and try again next time.
-            logger.warning("reaper sweep failed: %s", exc.__class__.__name__)
+            # Say why once per sweep. The database down, restarting or busy: try again next time. An
+            # error no retry can cure: count it, and stop after a few (handle()).
+            failure = dberrors.log_failure(logger, "reaper sweep", exc)
+            self.broken_sweeps = self.broken_sweeps + 1 if failure is dberrors.Failure.BROKEN else 0
+            self.last_error = dberrors.describe(exc)
             metrics.REAPER_SWEEPS.labels(outcome="error").inc()
             close_old_connections()
             return None
+        self.broken_sweeps = 0
         elapsed = time.monotonic() - started
         metrics.REAPER_SWEEPS.labels(outcome="ok").inc()
         metrics.REAPER_SWEEP_SECONDS.observe(elapsed)
@@ -106,18 +126,18 @@ class Command(BaseCommand):
         try:
             claimed = retention.claim_daily_purge()
         except DatabaseError as exc:
-            logger.warning("purge check failed: %s", exc.__class__.__name__)
+            logger.warning("purge check failed: %s", dberrors.describe(exc))
             return
-        if claimed:
-            self.purger = threading.Thread(target=self.purge, name="purge", daemon=True)
+        if claimed is not None:
+            self.purger = threading.Thread(target=self.purge, args=(claimed,), name="purge", daemon=True)
             self.purger.start()
 
-    def purge(self) -> None:
+    def purge(self, claimed: datetime) -> None:
         started = time.monotonic()
         try:
-            result = retention.purge(should_stop=self.stopping.is_set)
+            result = retention.run_daily_purge(claimed, should_stop=self.stopping.is_set)
         except DatabaseError as exc:
-            logger.warning("daily purge failed: %s", exc.__class__.__name__)
+            logger.warning("daily purge failed: %s", dberrors.describe(exc))
             return
         finally:
             connection.close()  # this thread's own connection
