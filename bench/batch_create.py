@@ -7,8 +7,9 @@ The server is gunicorn with the project's gunicorn.conf.py (as `make run` serves
 scratch database switchboard_bench_batch_create (bench/harness.py), never the development one. Each client
 is a thread with one keep-alive connection, posting batches of --batch todos (a payload of a few fields,
 an idempotency key each, so the unique index is at work) until the time is up; every answer is checked
-(200, one outcome per item). Then one create a request, for comparison. Target: at least 10,000 todos/s
-with batches of 1,000 (issue 20; PgQueuer's batch enqueue ran at 16,415 jobs/s in-process here).
+(200, one outcome per item). Then one create a request, and queue.create_many in-process, for comparison.
+Target: at least 10,000 todos/s with batches of 1,000 (issue 20; PgQueuer's batch enqueue ran at 16,415
+jobs/s in-process here).
 """
 
 from __future__ import annotations
@@ -85,6 +86,19 @@ def main() -> None:
         h.reset_todos()
         single = measure(base, token, 1, 1, min(args.seconds, 5))
         print(f"one create a request, 1 client:   {single:8.0f} todos/s", flush=True)
+    h.reset_todos()
+    print(f"in-process create_many, 1 thread: {in_process(args.batch, min(args.seconds, 5)):8.0f} todos/s")
+
+
+def in_process(batch: int, seconds: float) -> float:
+    """queue.create_many itself, no HTTP and no validation: what the statements cost."""
+    from todos import queue
+
+    made = 0
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        made += len(queue.create_many([item(next(_serial)) for _ in range(batch)]))
+    return made / (time.monotonic() - start)
 
 
 if __name__ == "__main__":
