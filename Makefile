@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/python requirements.txt requirements-dev.txt
+# The client (clients/python) is installed as a copy: a change to it reinstalls.
+$(VENV)/.installed: $(BIN)/python requirements.txt requirements-dev.txt clients/python/pyproject.toml $(wildcard clients/python/src/switchboard_client/*.py)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 

@@ -3,7 +3,9 @@
 gunicorn manages the processes (graceful stops, max-requests, Prometheus multiprocess); each worker is
 uvicorn running Django's ASGI application (switchboard.asgi:application), one event loop per process.
 A waiting long-poll is a cheap wait in that loop (todos/waiting.py): it holds no thread and no
-database connection, so a process holds thousands of them.
+database connection, so a process holds thousands of them. Sync work (every sync request, every
+statement) runs in each process's pool of WEB_THREADS threads (switchboard/executor.py), and a watchdog
+thread replaces a process whose loop or pool stops moving (switchboard/watchdog.py).
 """
 
 import glob

@@ -1,4 +1,4 @@
-"""Times the operator console at 1M todos and 1M events: changelists under each filter, searches,
+"""Times the operator console at 1M todos and 500k events: changelists under each filter, searches,
 detail pages, the dashboard, and the batched "apply to every matching todo" run.
 
     .venv/bin/python bench/admin_changelist.py [--rows 1000000] [--runs 5] [--reseed]
@@ -10,8 +10,9 @@ templates, every query), logged in as a superuser. Prints a Markdown table: medi
 milliseconds over ``--runs`` requests after one warm-up, the median milliseconds of those spent in the
 database, and the number of queries per request.
 
-The seeded shape: 8 queues, 85% done, 8% pending, 1% claimed (most with lapsed leases), 2%
-retry-waiting, 4% dead-letters; 5 kinds, 3 sources, 10% assigned; one event per two todos;
+The seeded shape: 8 queues, 84% done, 8% pending, 1% claimed (most with lapsed leases), 2%
+retry-waiting, 5% dead-letters (50,000 at 1M, each with five attempts' errors of ~1.5 KB, in twelve
+kinds); 20 last claimers; 5 kinds, 3 sources, 10% assigned; one event per two todos;
 created_at spread evenly over the last 30 days (so the newest ~1,400 rows fall in the last hour).
 """
 
@@ -22,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote_plus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import harness as h
@@ -39,19 +41,34 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 QUEUES = [f"queue-{q}" for q in range(8)]
-# Which rows of the series are in which state: 85% done, 8% pending, 1% claimed, 2% retry-waiting, 4% dead.
+# Which rows of the series are in which state: 84% done, 8% pending, 1% claimed, 2% retry-waiting, 5% dead
+# (50,000 dead-letters at 1M: the outage the triage box and the every-matching actions are for).
 MIX = {
-    "done": "g %% 100 < 85",
-    "pending": "g %% 100 BETWEEN 85 AND 92",
-    "claimed": "g %% 100 = 93",
-    "retry_waiting": "g %% 100 BETWEEN 94 AND 95",
-    "dead": "g %% 100 >= 96",
+    "done": "g %% 100 < 84",
+    "pending": "g %% 100 BETWEEN 84 AND 91",
+    "claimed": "g %% 100 = 92",
+    "retry_waiting": "g %% 100 BETWEEN 93 AND 94",
+    "dead": "g %% 100 >= 95",
 }
 FAILED_ONCE = """jsonb_build_array(jsonb_build_object(
     'attempt', 1, 'at', at + interval '10 seconds', 'error', 'upstream timed out'))"""
+# A dead-letter's history as workers leave it: five attempts, each error a first line naming one of
+# twelve causes, then ~1.5 KB of traceback that differs per row (so TOAST cannot compress it away).
+# What the triage box groups by is the last error's first 120 characters: twelve groups.
+DEAD_HISTORY = """(SELECT jsonb_agg(jsonb_build_object('attempt', i, 'at', at + i * interval '10 seconds', 'error',
+    rpad((ARRAY['upstream timed out', 'KeyError: pr', 'model refused: rate limited', 'HTTP 502 from the API',
+              'permission denied for repository', 'JSON decode error', 'out of memory', 'git clone failed',
+              'context window exceeded', 'tool call returned garbage', 'lease lost', 'division by zero'])
+         [1 + (g / 100) %% 12] || E'\nTraceback (most recent call last):', 120, ' ')
+    || (SELECT string_agg(md5(g::text || i::text || k::text), E'\n') FROM generate_series(1, 45) k)))
+    FROM generate_series(1, 5) i)"""
 # Beyond its state's shape (bench/harness.py), what sets each state's rows apart here.
 BY_STATE: dict[str, dict[str, str]] = {
-    "done": {"completed_at": "at + interval '5 seconds'", "owner": "NULL"},
+    # The last claimer: twenty agents, and one rare one (20 todos) for the owner: search.
+    "done": {
+        "completed_at": "at + interval '5 seconds'",
+        "owner": "CASE WHEN g %% 50000 = 17 THEN 'agent-rare' ELSE 'agent-' || (g %% 20) END",
+    },
     "pending": {"claimed_at": "NULL"},
     # Leases of five minutes from created_at: all but the newest have lapsed.
     "claimed": {
@@ -64,16 +81,20 @@ BY_STATE: dict[str, dict[str, str]] = {
         "next_retry_at": "now() + (g %% 3600) * interval '1 second'",
         "errors": FAILED_ONCE,
     },
-    "dead": {"errors": FAILED_ONCE},
+    "dead": {"attempt": "5", "errors": DEAD_HISTORY, "owner": "'agent-' || (g %% 20)"},
 }
 
 
 # Undo the batched run's retries (bench data only): back to dead-letters with their seeded history.
 RESTORE_DEAD = """
 UPDATE todos_todo SET state = 'failed', attempt = 5, max_attempts = 5, next_retry_at = NULL,
-    errors = jsonb_build_array(errors -> 0)
+    errors = (SELECT jsonb_agg(e) FROM jsonb_array_elements(errors) e WHERE e ->> 'error' <> 'operator retry')
 WHERE state = 'pending' AND errors @> '[{"error": "operator retry"}]'
 """
+
+
+# The first group's value as the triage box links to it: the last error's first 120 characters.
+GROUP = quote_plus("upstream timed out\nTraceback (most recent call last):".ljust(120))
 
 
 def seed(rows: int, reseed: bool) -> None:
@@ -155,7 +176,8 @@ def main() -> None:
     some_event = "ev_" + __import__("hashlib").md5(f"{args.rows // 4}".encode()).hexdigest()
     cases = [
         ("todos, unfiltered", todos),
-        ("todos, dead-letters", todos + "?dead=yes"),
+        ("todos, dead-letters, with the group-by-last-error box", todos + "?dead=yes"),
+        ("todos, one last-error group of the dead-letters", todos + "?dead=yes&error=" + GROUP),
         ("todos, retry-waiting", todos + "?retry_waiting=yes"),
         ("todos, state=pending", todos + "?state=pending"),
         ("todos, state=claimed", todos + "?state=claimed"),
@@ -166,7 +188,11 @@ def main() -> None:
         ("todos, assignee", todos + "?assignee=agent-0"),
         ("todos, source", todos + "?source=stripe"),
         ("todos, search exact id", todos + f"?q={some_todo}"),
-        ("todos, search title text (sequential scan)", todos + "?q=number+123456"),
+        ("todos, search title text", todos + "?q=number+123456"),
+        ("todos, search owner: (20 todos)", todos + "?q=owner%3Aagent-rare"),
+        ("todos, search owner: (no match)", todos + "?q=owner%3Anobody"),
+        ("todos, search key: (a done todo)", todos + "?q=key%3Akey-500000"),
+        ("todos, search key: (a pending todo)", todos + "?q=key%3Akey-500088"),
         ("todos, page 50 of dead-letters", todos + "?dead=yes&p=50"),
         ("todo detail", reverse("admin:todos_todo_change", args=[quote(some_todo)])),
         ("events, unfiltered", events),

@@ -4,6 +4,7 @@ docs section."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -146,10 +147,19 @@ def plot(res: Results, path: Path) -> None:
 
 def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds: float, rounds: int) -> str:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True
+    ).stdout.strip()
     parts = [
         "## Against the alternatives",
         "",
-        f"Measured {when} with `{command}` ({seconds / 60:.1f} minutes) on {machine}.",
+        "**Question.** Is Switchboard faster than what a Django user would otherwise pick, and how close does it",
+        "come to the raw SQL it runs? One run beside pgbench running the same statements, Procrastinate and",
+        "django-tasks-db on the same PostgreSQL.",
+        "",
+        f"**Command.** `{command}` ({seconds / 60:.1f} minutes; `--quick` checks the harness in about two).",
+        "",
+        f"**Latest:** {when}, at `{commit or 'unknown'}`, on {machine}.",
         f"Each row is the median of {rounds} run(s), taken in rounds that run every row once (so a busy moment",
         "on the machine lands on one run of each row); the ratio is to the raw-SQL ceiling at the same client count",
         "(pgbench running `todos/sql.py`'s own CLAIM_NEXT then COMPLETE, two transactions per job, or CREATE for",

@@ -153,7 +153,8 @@ NOTES = {
     "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
     "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "
     "run_at <= now() that stops at the first future row (the 250k future rows of this queue are never read); "
-    "the lapsed and due branches walk their small partial indexes in order and stop at the first row.",
+    "the lapsed branch walks its small partial index in expiry order, and the due branch is one descent of "
+    "todo_retry_queue_due per queue (migration 0019); both stop at the first row.",
     "claim_next, one queue, limit 1, nothing pending (only future scheduled todos)": "The worst case for "
     "future rows: ci.build has nothing pending and 200k todos scheduled for later (and a few dozen due). The "
     "scheduled branch reads the due entries and stops at the first future one (5 buffers): the future rows cost "
@@ -164,7 +165,11 @@ NOTES = {
     "promote_due_scheduled (reaper), batch 500": "Per registered queue, the due range of todo_scheduled_due "
     "(a few hundred rows), locked, then updated by primary key; the million future rows are not read.",
     "seconds_until_claimable (a long-poll's next wake)": "One descent of todo_scheduled_due per queue for "
-    "its earliest run_at (LIMIT 1), beside the lapsed-lease and due-retry minimums.",
+    "its earliest run_at (LIMIT 1), and one of todo_retry_queue_due for its next due retry (migration 0019: "
+    "todo_retry_due, without the queue, walked every queue's retries), beside the lapsed-lease minimum.",
+    "queue_stats, one queue (an agent's GET /api/v1/queues/)": "One aggregate per live state, each from its "
+    "partial index; retry-waiting from todo_retry_queue_due, the queue's own entries (migration 0019: "
+    "todo_retry_due read every queue's retry-waiting rows and kept this queue's).",
     "create scheduled for later": "The same insert as a plain create (one more index entry, in "
     "todo_scheduled_due instead of todo_pending_claim_scan); no NOTIFY unless due within 20 s.",
     "claim_next, all six queues (scope '*'), limit 1": "One descent of the pending index per queue (six, "
@@ -358,6 +363,11 @@ def plans() -> list[Plan]:
             {"scopes": scopes_all, "wanted": scopes_all, "agent": "bench"},
         ),
         (
+            Plan("queue_stats, one queue (an agent's GET /api/v1/queues/)", "sql.QUEUE_STATS", "todo_retry_queue_due"),
+            sql.QUEUE_STATS,
+            {"visible": ["email.send"]},
+        ),
+        (
             Plan("create scheduled for later", "sql.CREATE", "todo_runnable_idempotency_key"),
             sql.CREATE,
             {**create, "idempotency_key": "scheduled-key", "delay": 3600.0},
@@ -477,9 +487,12 @@ def write(result: list[Plan]) -> None:
         "  their own indexes; the dead-letter queries may now be served by the admin's (still bounded by the",
         '  failed rows). Every index costs each transition a write: see docs/benchmarks.md, "Indexes cost',
         '  throughput".',
-        "- The lapsed and due branches are estimated at one row; with hundreds of lapsed leases or due",
-        "  retries the planner hashes and sorts them all on every claim (sub-millisecond at these counts). The",
-        "  reaper keeps them few; if an outage leaves tens of thousands, claims slow until it has swept.",
+        "- The lapsed branch is estimated at one row; with hundreds of lapsed leases the planner hashes and",
+        "  sorts them all on every claim (sub-millisecond at these counts). The reaper keeps them few; if an",
+        "  outage leaves tens of thousands, claims slow until it has swept.",
+        "- Migration 0019: due retries, the long-poll's next due retry and queue_stats' retry count read",
+        "  `todo_retry_queue_due (queue, next_retry_at NULLS FIRST)`, one descent per queue; across queues in",
+        "  due order the claim's generic plan once read and sorted every queue's due retries.",
         "- Prepared, CLAIM_NEXT must keep custom plans (PostgreSQL's default choice here): forced generic plans",
         "  (`plan_cache_mode = force_generic_plan`) made the raw claim+complete loop of",
         "  `make bench` ten times slower (784 -> 77 jobs/s, one worker).",

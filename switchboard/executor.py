@@ -93,12 +93,3 @@ async def run_raw(function: Callable[[], Any]) -> Any:
     sends Django's own request signals in the thread)."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(executor(), contextvars.copy_context().run, function)
-
-
-def shutdown() -> None:
-    """Let the threads go once their work is done (the process is stopping)."""
-    global _executor
-    with _lock:
-        pool, _executor = _executor, None
-    if pool is not None:
-        pool.shutdown(wait=False)

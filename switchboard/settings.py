@@ -145,8 +145,10 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_
 # connection (the claim scan's planning costs more than its execution). The ORM binds on the client,
 # which psycopg never prepares, so nothing else changes. Turn it off behind a pooler in transaction
 # mode that cannot keep prepared statements (PgBouncer before 1.21).
-if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
-    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
+# Off, nothing is prepared: psycopg's own default would prepare a server-bound statement on its fifth run.
+DATABASES["default"]["OPTIONS"].setdefault(
+    "prepare_threshold", 0 if env.bool("DATABASE_PREPARED_STATEMENTS", default=True) else None
+)
 # Behind PgBouncer in transaction mode a server-side cursor (QuerySet.iterator()) would outlive its
 # transaction's server connection; turn them off there (docs/deploy.md, "Connection pooling").
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", default=False)

@@ -6,22 +6,17 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Func
-from django.db.models.fields.json import KT
-from django.db.models.functions import Left
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
 from todos import states
-from todos.models import Todo
+from todos.models import Todo, last_error
+
+__all__ = ["last_error"]  # the list column, the triage groups and the last-error filter read it from here
 
 MAX_JSON_CHARS = 100_000
-# The triage view groups dead-letters by their last error's first this many characters: enough to tell
-# "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
-# still mostly falls in one group.
-LAST_ERROR_CHARS = 120
 
 
 def state_badge(todo: Todo) -> SafeString:
@@ -29,12 +24,6 @@ def state_badge(todo: Todo) -> SafeString:
     # Colours come from the admin's own CSS variables (todos/static/todos/admin.css), so the badges
     # follow its light and dark themes.
     return format_html('<span class="sb-state sb-state-{}">{}</span>', label, label)
-
-
-def last_error() -> Func:
-    """The newest entry of ``errors`` (``errors #>> '{-1,error}'``), cut to LAST_ERROR_CHARS: the list
-    column, the triage groups and the last-error filter all use this one expression."""
-    return Left(KT("errors__-1__error"), LAST_ERROR_CHARS)
 
 
 def pretty_json(value: Any) -> SafeString:

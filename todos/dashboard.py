@@ -6,7 +6,7 @@ series are sql.PER_MINUTE. Every number comes from an aggregate that one index s
 rows, docs/benchmarks.md):
   pending count and oldest      todo_pending_claim_scan (queue, priority, run_at) WHERE pending
   claimed count                 todo_claimed_lease_expiry (few rows: one per working agent)
-  retry-waiting count           todo_retry_due (few rows: bounded by the retry window)
+  retry-waiting count           todo_retry_queue_due (few rows: bounded by the retry window)
   dead-letter count             todo_dead_letters (queue, updated_at) WHERE dead
   scheduled count               todo_scheduled_due (queue, run_at) WHERE scheduled
   waiting count                 todo_waiting (queue) WHERE waiting

@@ -22,8 +22,9 @@ from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Q
-from django.db.models.functions import Now, Upper
+from django.db.models import F, Func, Q
+from django.db.models.fields.json import KT
+from django.db.models.functions import Left, Now, Upper
 
 from todos import states
 from todos.states import TodoState
@@ -93,6 +94,19 @@ class TodoQuerySet(models.QuerySet["Todo"]):
 # The unique index that makes a runnable todo hold its (queue, idempotency_key): a transition that
 # revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
 RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
+
+
+# The triage view groups dead-letters by their last error's first this many characters: enough to tell
+# "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
+# still mostly falls in one group.
+LAST_ERROR_CHARS = 120
+
+
+def last_error() -> Func:
+    """The newest entry of ``errors`` (``errors #>> '{-1,error}'``), cut to LAST_ERROR_CHARS: the admin's
+    list column, its triage groups and its last-error filter all use this one expression, and the index
+    todo_dead_last_error is built on it (a different expression would not be served by it)."""
+    return Left(KT("errors__-1__error"), LAST_ERROR_CHARS)
 
 
 class Todo(models.Model):
@@ -188,11 +202,23 @@ class Todo(models.Model):
             # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
             # them for every claim of a queue with max_claimed, from this index alone.
             models.Index(fields=["queue", "lease_expires_at"], condition=states.CLAIMED.q, name="todo_live_leases"),
-            # promote_due_retries and claim_next's due-retry branch.
+            # promote_due_retries (the reaper): due retries of every queue, in due order.
             models.Index(
                 fields=["next_retry_at"],
                 condition=states.RETRY_WAITING.q,
                 name="todo_retry_due",
+            ),
+            # The same rows per queue (migration 0019): claim_next's due-retry branch and the long-poll's
+            # next due retry (one descent per queue, as for scheduled todos), and queue_stats()'s
+            # retry-waiting count (an index-only scan of the caller's queues). todo_retry_due served them
+            # by walking every queue's retries. Retry-waiting rows are few (the retry window), so two
+            # partial indexes of them cost little. NULLS FIRST (the column is never null here) so that
+            # only this index yields their order, as for todo_pending_claim_scan.
+            models.Index(
+                F("queue"),
+                F("next_retry_at").asc(nulls_first=True),
+                condition=states.RETRY_WAITING.q,
+                name="todo_retry_queue_due",
             ),
             # Dead-letter triage (admin filter, API dead=true, queue counts).
             models.Index(
@@ -217,6 +243,18 @@ class Todo(models.Model):
                 condition=Q(assignee__isnull=False),
                 name="todo_admin_assignee_recent",
             ),
+            # The admin's last-error filter on dead-letters (one triage group, and the every-matching
+            # actions on it): an index lookup instead of reading every dead-letter's errors (migration 0019).
+            models.Index(last_error(), condition=states.DEAD_LETTER.q, name="todo_dead_last_error"),
+            # The admin's exact searches (migration 0019): owner:NAME, newest first, and key:K, whatever
+            # the todo's state (todo_runnable_idempotency_key holds only runnable todos' keys). Both were
+            # sequential scans at 1M rows (bench/admin_changelist.py).
+            models.Index(
+                fields=["owner", "created_at"],
+                condition=Q(owner__isnull=False),
+                name="todo_admin_owner_recent",
+            ),
+            models.Index(fields=["idempotency_key"], condition=Q(idempotency_key__isnull=False), name="todo_admin_key"),
             # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
             # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
             models.Index(fields=["completed_at"], condition=states.DONE.q, name="todo_done_recent"),

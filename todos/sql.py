@@ -371,8 +371,9 @@ bucket AS (
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
 #  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
 #    keeps at most that many per queue across the branches, in claim order.
-#  * Lapsed leases and due retries are few (the reaper keeps them so); they come from their own
-#    partial indexes in expiry/due order.
+#  * Due retries come from todo_retry_queue_due, one descent per queue as for scheduled todos (migration
+#    0019). Lapsed leases are few (the reaper keeps them so); they come from their partial index in
+#    expiry order.
 #  * The branches other than pending are taken in time order and their rows compete with pending ones in
 #    claim order: until the reaper moves them to pending (within a sweep), a more urgent one further down
 #    such a branch may wait behind a less urgent one above it; taking them by priority would mean sorting
@@ -418,12 +419,18 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
-    WHERE {S.RETRY_DUE.sql("t")}
-      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-    ORDER BY t.next_retry_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT d.id, d.queue, d.priority, d.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
+        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
+        -- a generic plan once read every due retry of every queue through that index and sorted them.
+        ORDER BY t.next_retry_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) d
 ),
 chosen AS MATERIALIZED (
     SELECT id, queue FROM (
@@ -785,10 +792,11 @@ RETURNING {_TODO_COLUMNS}
 # queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
 # aggregate per live state, each read from its partial index: pending from todo_pending_claim_scan (an
 # index-only scan that also yields the oldest run_at, when the longest-waiting todo became claimable),
-# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_due, dead-letters from
+# claimed from todo_claimed_lease_expiry, retry-waiting from todo_retry_queue_due (per queue: the
+# global todo_retry_due would walk every queue's retries), dead-letters from
 # todo_dead_letters, scheduled from todo_scheduled_due, cancelled from todo_cancelled_recent (index-only;
 # retention keeps it short), waiting from todo_waiting (index-only). Done todos are history and are not
-# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("## operations").
+# counted: that would scan it. Also each queue's controls. Measured at 1M rows in docs/benchmarks.md ("Operations").
 QUEUE_STATS = f"""
 WITH q AS (SELECT name FROM todos_queue WHERE name LIKE ANY(%(visible)s::text[])),
 pending AS (
@@ -838,9 +846,14 @@ ORDER BY q.name
 # earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
 # scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
 # when such work is claimable already; NULL when there is none. Same queue set and assignee rule as
-# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled branch is one descent of
-# todo_scheduled_due per queue (its first entry is that queue's earliest run_at), so a million todos
-# scheduled for later cost it nothing; an assignee filter may walk past the other agents' rows. Queue
+# CLAIM_NEXT; paused queues are left out (resume notifies). The scheduled and retry branches are one
+# descent per queue of todo_scheduled_due and todo_retry_queue_due (the first entry is that queue's
+# earliest run_at or next_retry_at), so a million todos scheduled for later, or other queues' retries,
+# cost it nothing; an assignee filter may walk past the other agents' rows. The retry branch orders
+# NULLS FIRST (next_retry_at is never null there: the same order), which only todo_retry_queue_due yields,
+# as the claim's pending scan does: ordered plainly, the planner walked todo_retry_due's global order,
+# expecting its queue's first retry within a few entries, and stepped over every other queue's earlier
+# retries (todos/tests/test_read_plans.py). Queue
 # controls add two moments, for limited queues with pending work:
 #  * a rate-limited one: when its bucket next holds a whole token (tokens refill with no write);
 #  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
@@ -861,9 +874,11 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(t.lease_expires_at) FROM todos_todo t
      WHERE {(S.CLAIMED & S.BELOW_CAP).sql("t")} AND t.queue IN (SELECT name FROM queues)
        AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
-    (SELECT min(t.next_retry_at) FROM todos_todo t
-     WHERE {S.RETRY_WAITING.sql("t")} AND t.queue IN (SELECT name FROM queues)
-       AND (t.assignee IS NULL OR t.assignee = %(agent)s)),
+    (SELECT min(r.next_retry_at) FROM queues CROSS JOIN LATERAL (
+        SELECT t.next_retry_at FROM todos_todo t
+        WHERE {S.RETRY_WAITING.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.next_retry_at NULLS FIRST LIMIT 1
+    ) r),
     (SELECT min(s.run_at) FROM queues CROSS JOIN LATERAL (
         SELECT t.run_at FROM todos_todo t
         WHERE {S.SCHEDULED.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)

@@ -191,7 +191,8 @@ RECLAIMABLE = (LEASE_LAPSED & BELOW_CAP).named("reclaimable")
 LIVE_LEASE = (CLAIMED & LEASE_UNEXPIRED).named("live lease")
 # Failed below the cap: a retry is scheduled at next_retry_at.
 RETRY_WAITING = (FAILED & RETRY_SCHEDULED).named("retry-waiting")
-# Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due.
+# Retry-waiting and due: claimable now, and the retry scheduler's work. Served by index todo_retry_due (the
+# reaper, all queues) and todo_retry_queue_due (claims, per queue).
 RETRY_DUE = (RETRY_WAITING & RETRY_TIME_REACHED).named("retry due")
 # Failed with no retry scheduled: only an operator brings it back (SPEC decision 4).
 DEAD_LETTER = (FAILED & NO_RETRY).named("dead-letter")

@@ -17,7 +17,9 @@ it waits: there is no last claim at the deadline, since with the listener connec
 (a reconnect makes every waiter claim again; while it is down, waiters poll).
 
 Statements run on the process's bounded pool of threads (switchboard/executor.py), one hop each, never
-in a thread that waits for the loop; the waiting itself is in the loop.
+in a thread that waits for the loop; the waiting itself is in the loop. A woken claim goes straight to the
+pool; first polls and reads of when work comes are admitted a few at a time (half the pool), so a burst
+of arriving waiters cannot queue ahead of every plain request.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
+from typing import Any
+
+from django.conf import settings
 
 from switchboard import executor
 from todos import queue, selectors
@@ -302,6 +307,29 @@ listener.on_connected(waiters.wake_all)
 listener.on_stopped(waiters.forget_timers)
 
 
+# Admission to the pool for long-polls' own statements (first polls and reads of when work comes): at
+# most this many queued or running there at once, so a burst of thousands of waiters arriving or
+# re-polling together leaves the other threads to plain requests, which go straight to the pool. Only
+# coroutines on the loop wait here; every holder's statement is already in the pool, where nothing waits
+# for the loop, so it always finishes and lets the next one in.
+_gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+def _admitted() -> contextlib.AbstractAsyncContextManager[Any]:
+    loop = asyncio.get_running_loop()
+    if not executor.serving(loop):  # outside the server each request has its own thread: nothing to share
+        return contextlib.nullcontext()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(max(1, settings.WEB_THREADS // 2))
+    return gate
+
+
+async def _read_due(agent: Agent, queues: list[str] | None) -> float | None:
+    async with _admitted():
+        return await executor.run(selectors.seconds_until_claimable, agent, queues)
+
+
 def claim_now(
     *,
     agent: Agent,
@@ -359,11 +387,16 @@ async def claim_next_waiting(
     queues = list(queues) if queues else None
     key = due_key(agent, queues)
 
+    woken = False
+
     async def claim() -> list[Todo]:
         waiters.claims += 1
-        return await executor.run(
-            claim_now, agent=agent, queues=queues, limit=limit, lease_seconds=lease_seconds, worker=worker
-        )
+        # A claim a wake asked for goes straight to the pool: a client is waiting for it, and wakes are
+        # as few as the work that came. First polls (and re-polls after a reconnect) take a gate.
+        async with contextlib.nullcontext() if woken else _admitted():
+            return await executor.run(
+                claim_now, agent=agent, queues=queues, limit=limit, lease_seconds=lease_seconds, worker=worker
+            )
 
     if wait_seconds <= 0:
         return await _claim_delivering(agent, claim)
@@ -384,6 +417,7 @@ async def claim_next_waiting(
             first = False
             waiter.event.clear()
             used = waiters.take_wakes(waiter)
+            woken = bool(used)
             todos = await _claim_delivering(agent, claim)
             if client_gone is not None and todos and await client_gone():
                 await _release(todos, agent)
@@ -399,7 +433,7 @@ async def claim_next_waiting(
             remaining = deadline - time.monotonic()
             if remaining <= 0 or waiters.shutting_down:
                 return []
-            at = await waiters.claimable_at(key, lambda: executor.run(selectors.seconds_until_claimable, agent, queues))
+            at = await waiters.claimable_at(key, lambda: _read_due(agent, queues))
             if at is not None:
                 now = time.monotonic()
                 if at > now:

@@ -56,3 +56,31 @@ def test_every_file_the_readme_and_docs_link_to_exists():
         if not target.startswith(("http://", "https://")) and not (page.parent / target).exists()
     ]
     assert broken == []
+
+
+def _benchmark_sections() -> dict[str, str]:
+    text = (ROOT / "docs" / "benchmarks.md").read_text().split("\n## Appendix", 1)[0]
+    sections: dict[str, str] = {}
+    for part in re.split(r"\n(?=##+ )", text)[1:]:
+        title, _, body = part.partition("\n")
+        sections[title.lstrip("# ")] = body
+    return sections
+
+
+def test_each_benchmark_states_its_question_its_command_and_a_dated_latest_table_with_its_commit():
+    # docs/benchmarks.md is reference, not a diary: older runs live in its appendix.
+    sections = {t: b for t, b in _benchmark_sections().items() if t not in ("Summary", "Operations")}
+    assert len(sections) >= 12
+    for title, body in sections.items():
+        assert "**Question.**" in body and "**Command.**" in body, title
+        latest = body.split("**Latest:**", 1)[-1][:400]
+        assert "**Latest:**" in body and re.search(r"20\d\d-\d\d-\d\d", latest), title
+        assert re.search(r"`[0-9a-f]{7,}`", latest), f"{title}: the latest table names no commit"
+
+
+def test_bench_readme_lists_every_script_with_its_question():
+    listed = (ROOT / "bench" / "README.md").read_text()
+    scripts = [p.name for p in (ROOT / "bench").glob("*.py") if p.name != "__init__.py"]
+    assert len(scripts) > 15
+    assert sorted(s for s in scripts if f"`{s}`" not in listed) == []
+    assert "`python -m bench.drills`" in listed

@@ -109,6 +109,7 @@ FUNCTIONS_BACKWARD = "DROP FUNCTION todos_settle_dependents(text[], text[]);"
 class Migration(migrations.Migration):
     dependencies = [
         ("todos", "0015_waiting_state"),
+        ("todos", "0019_search_and_retry_indexes"),
     ]
 
     operations = [

@@ -112,3 +112,33 @@ def test_the_console_is_branded_switchboard(admin_client):
     assert "Django administration" not in body
     login = admin_client.get(reverse("admin:login") + "?next=/admin/")
     assert b"Django administration" not in login.content
+
+
+def test_the_box_groups_only_the_newest_dead_letters_and_says_so(admin_client, make_todo, monkeypatch):
+    # After an outage the list holds 50,000 dead-letters; grouping them all on every page load read
+    # every one's errors (bench/admin_changelist.py). The box groups the newest error_group_sample.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from todos.admin import TodoAdmin
+
+    monkeypatch.setattr(TodoAdmin, "error_group_sample", 3)
+    now = timezone.now()
+    for age in range(2):
+        _dead(make_todo, "old cause", updated_at=now - timedelta(hours=5 + age))
+    for age in range(3):
+        _dead(make_todo, "new cause", updated_at=now - timedelta(minutes=age))
+    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes"})
+    assert [(g["count"], g["error"]) for g in response.context["error_groups"]] == [(3, "new cause")]
+    assert response.context["error_groups_sample"] == 3
+    assert "Grouped over the newest 3 dead-letters" in response.content.decode()
+    # A group's link and actions still cover every matching dead-letter, not the sample.
+    everyone = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "error": "old cause"})
+    assert everyone.context["cl"].result_count == 2
+
+
+def test_a_list_within_the_sample_is_grouped_whole_without_the_note(admin_client, graveyard):
+    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes"})
+    assert response.context["error_groups_sample"] is None
+    assert "Grouped over the newest" not in response.content.decode()

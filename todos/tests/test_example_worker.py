@@ -1,5 +1,5 @@
-"""examples/worker.py against a live server: it works todos off, fails on a crash, and a SIGTERM
-mid-handler releases the lease in hand."""
+"""examples/worker.py (the Python client's worker runtime) against a live server: it works todos off,
+fails on a crash, and a SIGTERM mid-handler releases the lease in hand."""
 
 from __future__ import annotations
 
@@ -18,11 +18,15 @@ from todos.waiting import waiters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-WORKER = Path(__file__).resolve().parents[2] / "examples" / "worker.py"
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "examples" / "worker.py"
 
 
 def _start(live_server, agent, handler: str, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "SWITCHBOARD_URL": live_server.url, "SWITCHBOARD_TOKEN": agent.token}
+    url = getattr(live_server, "url", None) or live_server.base
+    # The client from this checkout, installed or not.
+    path = os.pathsep.join(filter(None, [str(ROOT / "clients" / "python" / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "SWITCHBOARD_URL": url, "SWITCHBOARD_TOKEN": agent.token, "PYTHONPATH": path}
     return subprocess.Popen(
         [sys.executable, str(WORKER), "--queues", "w.*", "--handler", handler, "--wait", "1", *extra],
         env=env,
@@ -101,19 +105,23 @@ def test_heartbeats_keep_a_short_lease_alive_through_a_longer_handler(live_serve
     assert todo.attempt == 1 and todo.errors == [] and todo.result == {"slept": 2.5}
 
 
-def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(live_server, agent):
-    proc = _start(live_server, agent, "sleep:30", "--wait", "5")
+def test_sigterm_during_a_long_poll_releases_what_the_poll_brings_back(start_server, agent):
+    # On the shipped server (gunicorn + uvicorn): the worker hangs up its long-poll at once, and the
+    # server releases whatever that claim takes for a caller who has left.
+    server = start_server()
+    proc = _start(server, agent, "sleep:30", "--wait", "5")
     try:
-        _wait_until(lambda: len(waiters._waiters) == 1)
+        _wait_until(lambda: server.claim_statements() >= 1)
         proc.send_signal(signal.SIGTERM)
-        # Created while the stopping worker's claim still waits on the server: the claim takes it, and
-        # the worker must hand it straight back rather than let its lease lapse.
+        # Created while the stopping worker's claim may still wait on the server: whoever takes it
+        # must hand it straight back rather than let its lease lapse.
         todo, _ = queue.create(queue="w.late")
         out, _ = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out
+    time.sleep(1)  # the server notices the hang-up within its wake
     todo.refresh_from_db()
     assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None, out
 

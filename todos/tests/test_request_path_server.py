@@ -15,13 +15,16 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 
 from bench.aio_http import Connection
 from todos.models import Agent, Todo, TodoState
 from todos.tests.gunicorn_live import Server, worker_pids
+from todos.tests.pgbouncer_support import POOL_SIZE, PgBouncer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -237,3 +240,38 @@ def test_a_worker_whose_request_path_stalls_is_replaced_by_gunicorn_within_the_w
             time.sleep(0.2)
     assert stuck not in worker_pids(server.proc.pid) and len(worker_pids(server.proc.pid)) == 1
     assert "request path stuck" in server.output(tail=10**7)
+
+
+def test_the_mixed_load_through_pgbouncer_in_transaction_mode_leaves_nothing_on_its_server_connections(
+    start_server: Callable[..., Server], agent: Agent, staff_session: str, pgbouncer: PgBouncer
+) -> None:
+    s = connection.settings_dict
+    server = start_server(
+        env={
+            "DATABASE_URL": pgbouncer.url(s["NAME"]),
+            # LISTEN goes to PostgreSQL itself: PgBouncer would lend its connection to others.
+            "LISTEN_DATABASE_URL": f"postgres://{s['USER']}@/{s['NAME']}?host={s['HOST']}",
+            # PgBouncer 1.18 keeps neither prepared statements nor server-side cursors across transactions.
+            "DATABASE_PREPARED_STATEMENTS": "false",
+            "DATABASE_DISABLE_SERVER_SIDE_CURSORS": "true",
+        }
+    )
+    load = mixed_load(server, agent, staff_session)
+    _check(load, server)
+    # Every server connection PgBouncer holds (one per concurrent transaction, up to its pool size): no
+    # prepared statement, cursor, LISTEN or SET left behind by any request.
+    clients = [psycopg.connect(pgbouncer.url(s["NAME"]), prepare_threshold=None) for _ in range(POOL_SIZE)]
+    try:
+        seen = set()
+        for conn in clients:  # each holds its transaction open: each is on its own server connection
+            row = conn.execute(
+                "SELECT pg_backend_pid(), (SELECT count(*) FROM pg_prepared_statements),"
+                " (SELECT count(*) FROM pg_cursors), (SELECT count(*) FROM pg_listening_channels()),"
+                " current_setting('statement_timeout')"
+            ).fetchone()
+            assert row is not None and row[1:] == (0, 0, 0, "0"), row
+            seen.add(row[0])
+        assert len(seen) == POOL_SIZE
+    finally:
+        for conn in clients:
+            conn.close()

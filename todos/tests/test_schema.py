@@ -34,6 +34,11 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_waiting",
         # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
+        # the admin's owner: and key: searches, one triage group, and per-queue retry reads (migration 0019)
+        "todo_admin_owner_recent",
+        "todo_admin_key",
+        "todo_dead_last_error",
+        "todo_retry_queue_due",
     }
 
 

@@ -1,0 +1,353 @@
+"""Every REST verb, once: each builder turns its arguments into a ``Call`` (method, path, body, how to
+read the answer, whether a retry is safe). ``Client`` and ``AsyncClient`` only send Calls, so the two
+cannot drift, and the contract test (tests/test_client_contract.py) reads ``OPERATIONS`` to compare each
+builder's parameters with the server's OpenAPI operation of the same id."""
+
+from __future__ import annotations
+
+import enum
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from switchboard_client.models import (
+    JSON,
+    BatchOutcome,
+    CreatedTodo,
+    Event,
+    EventSummary,
+    Page,
+    QueueControls,
+    QueueStats,
+    Replay,
+    Schedule,
+    Todo,
+)
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Retry(enum.Enum):
+    """When resending is safe. Every level resends a request that never reached the server (the
+    connection could not be opened)."""
+
+    #: Also after a 503 or a broken connection: the verb is idempotent (reads, heartbeat, pause...).
+    IDEMPOTENT = "idempotent"
+    #: Also after a 503, whose transaction rolled back; not after a connection broke mid-request, when
+    #: the server may have acted (a claim's todos would come back only when their lease lapses).
+    ON_UNAVAILABLE = "on_unavailable"
+    #: Never resent once it may have reached the server: a create without an idempotency key.
+    UNSENT_ONLY = "unsent_only"
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+#: "Leave this as it is" where None means "remove" (a queue's limits).
+UNSET = _Unset.UNSET
+NO_BODY: Any = object()
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    op: str
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    body: Any = NO_BODY
+    params: Mapping[str, Any] = field(default_factory=dict)
+    retry: Retry = Retry.IDEMPOTENT
+    #: Extra seconds the answer may take beyond the client's timeout (a long-poll's wait).
+    wait: float = 0.0
+
+
+OPERATIONS: dict[str, Callable[..., Call[Any]]] = {}
+
+
+def operation(op: str) -> Callable[[F], F]:
+    def register(builder: F) -> F:
+        OPERATIONS[op] = builder
+        builder.operation_id = op  # type: ignore[attr-defined]
+        return builder
+
+    return register
+
+
+def _q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _queue_path(name: str) -> str:
+    # Queue names may hold "/" (the server routes <path:name>): keep it, quote the rest.
+    return urllib.parse.quote(name, safe="/")
+
+
+def _id(todo: Todo | str) -> str:
+    return todo.id if isinstance(todo, Todo) else todo
+
+
+def _receipt(todo: Todo | str, lease_id: str | None) -> tuple[str, str]:
+    if lease_id is None:
+        if not isinstance(todo, Todo) or todo.lease_id is None:
+            raise TypeError("a lease_id is needed (or pass the claimed Todo)")
+        lease_id = todo.lease_id
+    return _id(todo), lease_id
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The fields the caller gave: None means "the server's default"."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in values.items() if v is not None}
+
+
+def _cursor(url: str | None) -> str | None:
+    if not url:
+        return None
+    values = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("cursor")
+    return values[0] if values else None
+
+
+def _page(model: Callable[[dict[str, JSON]], T]) -> Callable[[Any], Page[T]]:
+    def parse(data: Any) -> Page[T]:
+        return Page([model(item) for item in data["results"]], _cursor(data.get("next")), _cursor(data.get("previous")))
+
+    return parse
+
+
+def _todo(data: Any) -> Todo:
+    return Todo.from_json(data)
+
+
+# --- todos ------------------------------------------------------------------------------------------
+
+
+@operation("todos_create")
+def create(
+    queue: str,
+    *,
+    kind: str | None = None,
+    title: str | None = None,
+    payload: JSON = None,
+    source: str | None = None,
+    idempotency_key: str | None = None,
+    assignee: str | None = None,
+    max_attempts: int | None = None,
+    run_at: datetime | str | None = None,
+    delay_seconds: float | None = None,
+    priority: int | None = None,
+) -> Call[CreatedTodo]:
+    body = _given(
+        queue=queue,
+        kind=kind,
+        title=title,
+        payload=payload,
+        source=source,
+        idempotency_key=idempotency_key,
+        assignee=assignee,
+        max_attempts=max_attempts,
+        run_at=run_at,
+        delay_seconds=delay_seconds,
+        priority=priority,
+    )
+    retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
+    return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
+
+
+@operation("todos_retrieve")
+def get(todo: Todo | str) -> Call[Todo]:
+    return Call("todos_retrieve", "GET", f"todos/{_q(_id(todo))}/", _todo)
+
+
+@operation("todos_list")
+def list_todos(
+    *,
+    queue: str | None = None,
+    state: str | None = None,
+    kind: str | None = None,
+    assignee: str | None = None,
+    dead: bool | None = None,
+    page_size: int | None = None,
+    cursor: str | None = None,
+) -> Call[Page[Todo]]:
+    params = _given(queue=queue, state=state, kind=kind, assignee=assignee, page_size=page_size, cursor=cursor)
+    if dead is not None:
+        params["dead"] = "true" if dead else "false"
+    return Call("todos_list", "GET", "todos/", _page(Todo.from_json), params=params)
+
+
+@operation("todos_partial_update")
+def set_priority(todo: Todo | str, priority: int) -> Call[Todo]:
+    return Call("todos_partial_update", "PATCH", f"todos/{_q(_id(todo))}/", _todo, {"priority": priority})
+
+
+@operation("todos_run_now")
+def run_now(todo: Todo | str) -> Call[Todo]:
+    return Call("todos_run_now", "POST", f"todos/{_q(_id(todo))}/run-now/", _todo, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_claim_next")
+def claim(
+    queues: Iterable[str] | None = None,
+    *,
+    limit: int | None = None,
+    lease_seconds: float | None = None,
+    wait_seconds: float | None = None,
+    worker: str | None = None,
+) -> Call[list[Todo]]:
+    body = _given(
+        queues=list(queues) if queues else None,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        wait_seconds=wait_seconds,
+        worker=worker,
+    )
+    return Call(
+        "todos_claim_next",
+        "POST",
+        "todos/claim/",
+        lambda data: [Todo.from_json(t) for t in data["todos"]],
+        body,
+        retry=Retry.ON_UNAVAILABLE,
+        wait=wait_seconds or 0.0,
+    )
+
+
+@operation("todos_claim")
+def claim_one(todo: Todo | str, *, lease_seconds: float | None = None, worker: str | None = None) -> Call[Todo]:
+    body = _given(lease_seconds=lease_seconds, worker=worker)
+    return Call("todos_claim", "POST", f"todos/{_q(_id(todo))}/claim/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_heartbeat")
+def heartbeat(todo: Todo | str, lease_id: str | None = None, *, lease_seconds: float | None = None) -> Call[Todo]:
+    todo_id, lease = _receipt(todo, lease_id)
+    body = _given(lease_id=lease, lease_seconds=lease_seconds)
+    return Call("todos_heartbeat", "POST", f"todos/{_q(todo_id)}/heartbeat/", _todo, body)
+
+
+@operation("todos_complete")
+def complete(todo: Todo | str, lease_id: str | None = None, *, result: JSON = None) -> Call[Todo]:
+    todo_id, lease = _receipt(todo, lease_id)
+    body = {"lease_id": lease, "result": result}
+    return Call("todos_complete", "POST", f"todos/{_q(todo_id)}/complete/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_complete_many")
+def complete_many(items: Iterable[tuple[Todo | str, str | None, JSON]]) -> Call[list[BatchOutcome]]:
+    """``items``: (todo or id, lease_id or None for the Todo's own, result), at most 100."""
+    body = [{"id": i, "lease_id": lease, "result": result} for i, lease, result in _items(items)]
+    return Call(
+        "todos_complete_many",
+        "POST",
+        "todos/complete/",
+        lambda data: [BatchOutcome.from_json(o) for o in data["outcomes"]],
+        {"items": body},
+        # Resending is harmless: an item the first send completed answers 409 (done) the second time.
+        retry=Retry.IDEMPOTENT,
+    )
+
+
+def _items(items: Iterable[tuple[Todo | str, str | None, JSON]]) -> list[tuple[str, str, JSON]]:
+    return [(*_receipt(todo, lease), result) for todo, lease, result in items]
+
+
+@operation("todos_fail")
+def fail(
+    todo: Todo | str,
+    lease_id: str | None = None,
+    *,
+    error: str = "",
+    retry_in_seconds: float | None = None,
+) -> Call[Todo]:
+    todo_id, lease = _receipt(todo, lease_id)
+    body = _given(lease_id=lease, error=error, retry_in_seconds=retry_in_seconds)
+    return Call("todos_fail", "POST", f"todos/{_q(todo_id)}/fail/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_release")
+def release(todo: Todo | str, lease_id: str | None = None) -> Call[Todo]:
+    todo_id, lease = _receipt(todo, lease_id)
+    body = {"lease_id": lease}
+    return Call("todos_release", "POST", f"todos/{_q(todo_id)}/release/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_retry")
+def retry(todo: Todo | str, *, mode: str = "reset", note: str | None = None) -> Call[Todo]:
+    body = _given(mode=mode, note=note)
+    return Call("todos_retry", "POST", f"todos/{_q(_id(todo))}/retry/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_cancel")
+def cancel(todo: Todo | str, *, reason: str | None = None) -> Call[Todo]:
+    body = _given(reason=reason)
+    return Call("todos_cancel", "POST", f"todos/{_q(_id(todo))}/cancel/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+# --- queues and schedules ------------------------------------------------------------------------------
+
+
+@operation("queues_list")
+def queues() -> Call[list[QueueStats]]:
+    return Call("queues_list", "GET", "queues/", lambda data: [QueueStats.from_json(q) for q in data["queues"]])
+
+
+@operation("queues_retrieve")
+def queue(name: str) -> Call[QueueControls]:
+    return Call("queues_retrieve", "GET", f"queues/{_queue_path(name)}/", QueueControls.from_json)
+
+
+@operation("queues_limit")
+def set_limits(
+    name: str,
+    *,
+    max_claimed: int | _Unset | None = UNSET,
+    rate_per_second: float | _Unset | None = UNSET,
+    rate_burst: int | _Unset | None = UNSET,
+) -> Call[QueueControls]:
+    """Only the limits given change; None removes one."""
+    limits = {"max_claimed": max_claimed, "rate_per_second": rate_per_second, "rate_burst": rate_burst}
+    body = {k: v for k, v in limits.items() if v is not UNSET}
+    return Call("queues_limit", "PATCH", f"queues/{_queue_path(name)}/", QueueControls.from_json, body)
+
+
+@operation("queues_pause")
+def pause(name: str) -> Call[QueueControls]:
+    return Call("queues_pause", "POST", f"queues/{_queue_path(name)}/pause/", QueueControls.from_json)
+
+
+@operation("queues_resume")
+def resume(name: str) -> Call[QueueControls]:
+    return Call("queues_resume", "POST", f"queues/{_queue_path(name)}/resume/", QueueControls.from_json)
+
+
+@operation("schedules_list")
+def schedules() -> Call[list[Schedule]]:
+    return Call("schedules_list", "GET", "schedules/", lambda data: [Schedule.from_json(s) for s in data["schedules"]])
+
+
+# --- events -----------------------------------------------------------------------------------------
+
+
+@operation("v1_events_list")
+def list_events(
+    *,
+    source: str | None = None,
+    type: str | None = None,
+    page_size: int | None = None,
+    cursor: str | None = None,
+) -> Call[Page[EventSummary]]:
+    params = _given(source=source, type=type, page_size=page_size, cursor=cursor)
+    return Call("v1_events_list", "GET", "events/", _page(EventSummary.from_json), params=params)
+
+
+@operation("v1_events_retrieve")
+def event(event_id: str) -> Call[Event]:
+    return Call("v1_events_retrieve", "GET", f"events/{_q(event_id)}/", Event.from_json)
+
+
+@operation("v1_events_replay_create")
+def replay(event_id: str) -> Call[Replay]:
+    return Call("v1_events_replay_create", "POST", f"events/{_q(event_id)}/replay/", Replay.from_json)

@@ -1,0 +1,230 @@
+"""The API's objects as frozen dataclasses. Field names are the JSON's: tests/test_client_contract.py
+compares each class with the server's OpenAPI component of the same name, so a field the API adds and
+the client lacks fails CI. Fields a newer server sends that this client does not know yet are kept in
+``extra`` rather than refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+JSON = Any
+
+
+def parse_datetime(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+
+
+_DATETIME_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _datetime_fields(cls: type) -> frozenset[str]:
+    if cls not in _DATETIME_FIELDS:
+        hints = typing.get_type_hints(cls)
+        dates = {n for n, h in hints.items() if h is datetime or datetime in typing.get_args(h)}
+        _DATETIME_FIELDS[cls] = frozenset(dates)
+    return _DATETIME_FIELDS[cls]
+
+
+@dataclass(frozen=True)
+class Model:
+    #: The OpenAPI component this class mirrors (the contract test reads it).
+    schema: ClassVar[str] = ""
+    extra: dict[str, JSON] = field(default_factory=dict, kw_only=True, repr=False, compare=False)
+
+    @classmethod
+    def json_fields(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        known = set(cls.json_fields())
+        dates = _datetime_fields(cls)
+        values = {k: (parse_datetime(v) if k in dates else v) for k, v in data.items() if k in known}
+        for name in known - values.keys():  # optional fields (the schema's non-required ones)
+            values[name] = None
+        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class Todo(Model):
+    schema: ClassVar[str] = "Todo"
+    id: str
+    queue: str
+    source: str
+    kind: str
+    title: str
+    payload: JSON
+    event: str | None
+    idempotency_key: str | None
+    assignee: str | None
+    state: str
+    dead_letter: bool
+    owner: str | None
+    lease_id: str | None
+    lease_expires_at: datetime | None
+    attempt: int
+    max_attempts: int
+    next_retry_at: datetime | None
+    run_at: datetime | None
+    priority: int
+    result: JSON
+    errors: list[dict[str, JSON]]
+    created_at: datetime | None
+    updated_at: datetime | None
+    claimed_at: datetime | None
+    completed_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "cancelled") or self.dead_letter
+
+
+@dataclass(frozen=True)
+class CreatedTodo(Todo):
+    """A create's answer: the todo, and whether it is new (False: the idempotency key's holder)."""
+
+    schema: ClassVar[str] = "CreatedTodo"
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class QueueStats(Model):
+    schema: ClassVar[str] = "QueueStats"
+    queue: str
+    pending: int
+    claimed: int
+    failed: int
+    retry_waiting: int
+    dead_letters: int
+    scheduled: int
+    oldest_pending_age_seconds: float | None
+    cancelled: int
+    paused: bool
+    max_claimed: int | None
+    rate_per_second: float | None
+    rate_burst: int | None
+
+
+@dataclass(frozen=True)
+class QueueControls(Model):
+    schema: ClassVar[str] = "QueueControls"
+    queue: str
+    paused: bool
+    max_claimed: int | None
+    rate_per_second: float | None
+    rate_burst: int | None
+
+
+@dataclass(frozen=True)
+class EventSummary(Model):
+    schema: ClassVar[str] = "EventSummary"
+    id: str
+    source: str
+    type: str
+    delivery_id: str
+    headers: dict[str, JSON]
+    received_at: datetime | None
+
+
+@dataclass(frozen=True)
+class EventTodo(Model):
+    schema: ClassVar[str] = "EventTodo"
+    id: str
+    queue: str
+    kind: str
+    title: str
+    state: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Event(EventSummary):
+    schema: ClassVar[str] = "Event"
+    payload: JSON = None
+    todos: list[EventTodo] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        event = super().from_json(data)
+        return dataclasses.replace(event, todos=[EventTodo.from_json(t) for t in data.get("todos") or []])
+
+
+@dataclass(frozen=True)
+class Replay(Model):
+    schema: ClassVar[str] = "Replay"
+    event_id: str
+    todo_ids: list[str]
+    created_todo_ids: list[str]
+
+
+@dataclass(frozen=True)
+class Schedule(Model):
+    schema: ClassVar[str] = "Schedule"
+    name: str
+    cron: str
+    timezone: str
+    queue: str
+    kind: str
+    title: str
+    payload: JSON
+    priority: int
+    max_attempts: int | None
+    active: bool
+    catch_up: str
+    last_tick_at: datetime | None
+    next_run_at: datetime | None
+    last_todo: str | None
+    last_error: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ErrorBody(Model):
+    schema: ClassVar[str] = "ErrorBody"
+    code: str
+    detail: str
+    fields: dict[str, list[str]] | None = None
+    state: str | None = None
+    dead_letter: bool | None = None
+    queues: list[str] | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchOutcome(Model):
+    """One item of a batch complete: ``todo`` when it was completed (status 200), else ``error``."""
+
+    schema: ClassVar[str] = "BatchOutcome"
+    id: str
+    status: int
+    todo: Todo | None = None
+    error: ErrorBody | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        outcome = super().from_json(data)
+        todo = Todo.from_json(data["todo"]) if data.get("todo") else None
+        error = ErrorBody.from_json(data["error"]) if data.get("error") else None
+        return dataclasses.replace(outcome, todo=todo, error=error)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a cursor-paginated list; ``next_cursor`` is None on the last page."""
+
+    items: list[T]
+    next_cursor: str | None
+    previous_cursor: str | None

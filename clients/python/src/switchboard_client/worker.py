@@ -1,0 +1,468 @@
+"""The worker runtime: claim todos in batches up to the free slots, run a handler per ``kind`` (sync
+handlers in threads, async ones on the loop), heartbeat every third of the lease, and send completions in
+batches. At-least-once, as the queue is: a crash before a completion is sent means the todo runs again
+when its lease lapses.
+
+    worker = Worker(Client(), queues=["email"], concurrency=8, lease_seconds=60)
+
+    @worker.handler("send")
+    def send(todo):
+        ...                       # return value -> the todo's result
+                                  # raise Exception -> fail (retry with backoff, or Fail(retry_in=...))
+                                  # raise Release -> back to pending, the attempt given back
+    worker.run()                  # SIGTERM/SIGINT: stop claiming, finish within the grace, release the rest
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import queue as threadqueue
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from switchboard_client.client import AsyncClient, Client
+from switchboard_client.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError, Unauthorized
+from switchboard_client.models import JSON, Todo
+
+log = logging.getLogger("switchboard_client.worker")
+
+H = TypeVar("H", bound=Callable[..., Any])
+ANY_KIND = "*"
+MAX_BATCH = 100  # the server's batch-complete limit
+MAX_CLAIM = 100  # the server's claim limit
+
+
+class Release(Exception):
+    """Raised by a handler: hand the todo back (pending at once, its attempt given back)."""
+
+
+class Fail(Exception):
+    """Raised by a handler to fail the todo with a chosen retry delay. Any exception fails it; this one
+    (or any exception with a ``retry_in`` attribute) also says when to retry, in seconds."""
+
+    def __init__(self, message: str, *, retry_in: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class LeaseLost(Exception):
+    """Raised by ``Context.check()`` once the lease is gone: the outcome will not be sent."""
+
+
+@dataclass
+class Context:
+    """What a handler that takes two arguments gets beside the todo. ``lease_lost`` turns true when a
+    heartbeat is refused (another worker holds the todo, or it was cancelled: ``lost_state`` says
+    which) or the worker gave the todo back at shutdown; from then on the handler's outcome is dropped."""
+
+    todo: Todo
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    lost_state: str | None = None
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._lost.is_set()
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease is gone: call it between steps of a long handler."""
+        if self._lost.is_set():
+            raise LeaseLost(f"{self.todo.id}: the lease is gone ({self.lost_state})")
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Block (in a sync handler) until the lease is lost or ``timeout`` passes; True if lost."""
+        return self._lost.wait(timeout)
+
+    def _lose(self, state: str | None) -> None:
+        self.lost_state = state
+        self._lost.set()
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    released: int = 0
+    #: Outcomes dropped because the lease was gone (heartbeat or completion answered 409).
+    lost: int = 0
+
+
+@dataclass
+class _Handler:
+    function: Callable[..., Any]
+    is_async: bool
+    wants_context: bool
+
+
+def _positional(function: Callable[..., Any]) -> int:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return 2
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
+
+
+class _Threads:
+    """Daemon threads for sync handlers: a handler still running when the process exits (after the
+    grace, its todo released) does not hold the exit up, as a ThreadPoolExecutor's would."""
+
+    def __init__(self, size: int) -> None:
+        self._jobs: threadqueue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = threadqueue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"handler-{i}") for i in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            function, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function())
+                except BaseException as exc:  # handed to the awaiting task, as an executor would
+                    future.set_exception(exc)
+
+    def run(self, function: Callable[[], Any]) -> Awaitable[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((function, future))
+        return asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+class Worker:
+    """Runs handlers for the todos of ``queues`` (names or globs; None: all the token's claim scopes).
+
+    ``concurrency`` handlers at once; ``lease_seconds`` per claim, heartbeated every third of it;
+    ``poll_seconds`` of long-poll when idle; on SIGTERM, ``grace_seconds`` for running handlers before
+    their todos are released; completions wait at most ``flush_seconds`` to be sent in one batch."""
+
+    def __init__(
+        self,
+        client: Client | AsyncClient | None = None,
+        *,
+        queues: Iterable[str] | None = None,
+        concurrency: int = 1,
+        lease_seconds: float = 60.0,
+        poll_seconds: float = 20.0,
+        grace_seconds: float = 30.0,
+        flush_seconds: float = 0.005,
+        name: str | None = None,
+        drain: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.client = client if client is not None else Client()
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.grace_seconds = grace_seconds
+        self.flush_seconds = flush_seconds
+        self.name = name or f"{os.uname().nodename.split('.')[0][:60]}-{os.getpid()}"
+        #: Exit once a claim comes back empty and nothing is running (scripts, tests).
+        self.drain = drain
+        self.stats = Stats()
+        #: Why the worker stopped on its own (a refused token, queues outside its scopes), if it did.
+        self.error: SwitchboardError | None = None
+        self._handlers: dict[str, _Handler] = {}
+        self._stopping: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- registration ----------------------------------------------------------------------------------
+    def handler(self, kind: str) -> Callable[[H], H]:
+        """Register a function (sync or async) for todos of ``kind`` ("*": any kind without its own).
+        It takes the todo, or the todo and its ``Context``; its return value is the todo's result."""
+
+        def register(function: H) -> H:
+            self.add_handler(kind, function)
+            return function
+
+        return register
+
+    def add_handler(self, kind: str, function: Callable[..., Any]) -> None:
+        self._handlers[kind] = _Handler(
+            function, inspect.iscoroutinefunction(function), wants_context=_positional(function) >= 2
+        )
+
+    # --- running ---------------------------------------------------------------------------------------
+    def run(self) -> Stats:
+        """Run until SIGTERM/SIGINT (a second one skips the grace); returns the counts."""
+        return asyncio.run(self.arun(signals=True))
+
+    def stop(self) -> None:
+        """Stop claiming and drain (thread-safe). A second call releases what is still running at once."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._request_stop)
+
+    def _request_stop(self) -> None:
+        assert self._stopping is not None and self._hurry is not None
+        if self._stopping.is_set():
+            self._hurry.set()
+        self._stopping.set()
+
+    async def arun(self, *, signals: bool = False) -> Stats:
+        if not self._handlers:
+            raise RuntimeError("no handlers: register one with @worker.handler(kind)")
+        self._loop = asyncio.get_running_loop()
+        self._stopping, self._hurry = asyncio.Event(), asyncio.Event()
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._request_stop)
+        own_client = not isinstance(self.client, AsyncClient)
+        api = self._async_client()
+        threads = _Threads(self.concurrency) if any(not h.is_async for h in self._handlers.values()) else None
+        completions = _Completions(api, self.flush_seconds, self.stats)
+        flusher = asyncio.create_task(completions.run())
+        running: dict[asyncio.Task[None], Context] = {}
+        try:
+            await self._claim_loop(api, threads, completions, running)
+            await self._drain(api, running)
+        finally:
+            if signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(sig)
+            await completions.close()
+            await flusher
+            if threads is not None:
+                threads.stop()
+            if own_client:
+                await api.aclose()
+        log.info("worker %s stopped: %s", self.name, self.stats)
+        return self.stats
+
+    def _async_client(self) -> AsyncClient:
+        client = self.client
+        if isinstance(client, AsyncClient):
+            return client
+        return AsyncClient(client.url, client.token, timeout=client.timeout, retries=client.retries)
+
+    async def _claim_loop(
+        self,
+        api: AsyncClient,
+        threads: _Threads | None,
+        completions: _Completions,
+        running: dict[asyncio.Task[None], Context],
+    ) -> None:
+        assert self._stopping is not None
+        stopping = asyncio.create_task(self._stopping.wait())
+        slot_freed = asyncio.Event()
+        try:
+            while not self._stopping.is_set():
+                free = self.concurrency - len(running)
+                if free <= 0:
+                    await _first(stopping, slot_freed)
+                    continue
+                # Long-poll only when idle: with handlers running, a short claim keeps slots filling
+                # as they free (each finished handler wakes the loop).
+                wait = self.poll_seconds if not running else 0.0
+                claim = asyncio.create_task(
+                    api.claim(
+                        self.queues,
+                        limit=min(free, MAX_CLAIM),
+                        lease_seconds=self.lease_seconds,
+                        wait_seconds=wait or None,
+                        worker=self.name,
+                    )
+                )
+                await asyncio.wait([claim, stopping], return_when="FIRST_COMPLETED")
+                if not claim.done():
+                    # Hanging up: the server releases whatever that claim takes for a caller who left.
+                    claim.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, SwitchboardError):
+                        await claim
+                    break
+                try:
+                    todos = claim.result()
+                except (Unauthorized, Forbidden, Invalid, NotFound) as exc:
+                    log.error("claim refused (%s): %s", exc.status, exc)
+                    self.error = exc
+                    return
+                except SwitchboardError as exc:
+                    log.warning("claim failed (%s); retrying in 1 s", exc)
+                    await asyncio.wait([stopping], timeout=1.0)
+                    continue
+                if not todos:
+                    if self.drain and not running:
+                        return
+                    if running:  # a short claim found nothing: wait for a slot or the stop
+                        await _first(stopping, slot_freed)
+                    continue
+                self.stats.claimed += len(todos)
+                for todo in todos:
+                    ctx = Context(todo)
+                    task = asyncio.create_task(self._work(api, threads, completions, ctx))
+                    running[task] = ctx
+                    task.add_done_callback(functools.partial(_finished, running, slot_freed))
+        finally:
+            stopping.cancel()
+
+    async def _drain(self, api: AsyncClient, running: dict[asyncio.Task[None], Context]) -> None:
+        assert self._hurry is not None
+        if running:
+            log.info("stopping: %d handler(s) running, %.0f s grace", len(running), self.grace_seconds)
+            hurry = asyncio.create_task(self._hurry.wait())
+            deadline = time.monotonic() + self.grace_seconds
+            while running and not hurry.done() and (remaining := deadline - time.monotonic()) > 0:
+                await asyncio.wait([*running, hurry], timeout=remaining, return_when="FIRST_COMPLETED")
+            hurry.cancel()
+        left = list(running.items())
+        for task, ctx in left:
+            ctx._lose("released")  # its outcome, if it ever comes, is not sent
+            task.cancel()
+        for _, ctx in left:
+            try:
+                await api.release(ctx.todo)
+                self.stats.released += 1
+                log.info("released %s", ctx.todo.id)
+            except SwitchboardError as exc:
+                log.warning("could not release %s (%s); its lease will lapse", ctx.todo.id, exc)
+        if left:
+            await asyncio.wait([t for t, _ in left], timeout=1.0)
+
+    async def _work(self, api: AsyncClient, threads: _Threads | None, completions: _Completions, ctx: Context) -> None:
+        todo = ctx.todo
+        handler = self._handlers.get(todo.kind) or self._handlers.get(ANY_KIND)
+        if handler is None:
+            await self._fail(api, ctx, f"no handler for kind {todo.kind!r} in worker {self.name}", None)
+            return
+        beat = asyncio.create_task(self._heartbeat(api, ctx))
+        try:
+            args = (todo, ctx) if handler.wants_context else (todo,)
+            if handler.is_async:
+                result = await handler.function(*args)
+            else:
+                assert threads is not None
+                result = await threads.run(lambda: handler.function(*args))
+        except Release:
+            outcome = "release"
+        except Exception as exc:  # the handler's failure becomes the todo's error
+            if ctx.lease_lost:
+                self._dropped(ctx)
+                return
+            retry_in = getattr(exc, "retry_in", None)
+            await self._fail(api, ctx, f"{exc.__class__.__name__}: {exc}", retry_in)
+            return
+        else:
+            outcome = "complete"
+        finally:
+            beat.cancel()
+        if ctx.lease_lost:
+            self._dropped(ctx)
+        elif outcome == "complete":
+            completions.add(ctx, result)
+        else:
+            try:
+                await api.release(todo)
+                self.stats.released += 1
+            except Conflict as exc:
+                ctx._lose(exc.state)
+                self._dropped(ctx)
+
+    def _dropped(self, ctx: Context) -> None:
+        if ctx.lost_state != "released":
+            self.stats.lost += 1
+            log.warning("lease on %s lost (%s): its outcome is not sent", ctx.todo.id, ctx.lost_state)
+
+    async def _fail(self, api: AsyncClient, ctx: Context, error: str, retry_in: float | None) -> None:
+        try:
+            await api.fail(ctx.todo, error=error[:10_000], retry_in_seconds=retry_in)
+            self.stats.failed += 1
+        except Conflict as exc:
+            ctx._lose(exc.state)
+            self._dropped(ctx)
+        except SwitchboardError as exc:
+            log.warning("could not fail %s (%s); its lease will lapse", ctx.todo.id, exc)
+
+    async def _heartbeat(self, api: AsyncClient, ctx: Context) -> None:
+        # A third of the lease: two beats can be lost before it lapses.
+        interval = self.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            started = time.monotonic()
+            try:
+                await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds)
+            except Conflict as exc:
+                ctx._lose(exc.state or "conflict")
+                return
+            except SwitchboardError as exc:
+                log.warning("heartbeat on %s failed (%s)", ctx.todo.id, exc)
+            interval = max(0.0, self.lease_seconds / 3 - (time.monotonic() - started))
+
+
+def _finished(running: dict[asyncio.Task[None], Context], slot_freed: asyncio.Event, task: asyncio.Task[None]) -> None:
+    running.pop(task, None)
+    slot_freed.set()
+
+
+async def _first(stopping: asyncio.Task[Any], event: asyncio.Event) -> None:
+    """Until the stop, or the event's next set."""
+    event.clear()
+    waiter = asyncio.create_task(event.wait())
+    try:
+        await asyncio.wait([stopping, waiter], return_when="FIRST_COMPLETED")
+    finally:
+        waiter.cancel()
+
+
+class _Completions:
+    """Completions sent together: the first waits at most ``delay`` for others, and while one batch is
+    on its way the next gathers. A crash loses only what was not sent: those todos run again."""
+
+    def __init__(self, api: AsyncClient, delay: float, stats: Stats) -> None:
+        self.api = api
+        self.delay = delay
+        self.stats = stats
+        self.pending: list[tuple[Context, JSON]] = []
+        self.ready = asyncio.Event()
+        self.closed = False
+
+    def add(self, ctx: Context, result: JSON) -> None:
+        self.pending.append((ctx, result))
+        self.ready.set()
+
+    async def close(self) -> None:
+        self.closed = True
+        self.ready.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.ready.wait()
+            if not self.closed and len(self.pending) < MAX_BATCH:
+                await asyncio.sleep(self.delay)
+            batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+            if not self.pending and not self.closed:
+                self.ready.clear()
+            if batch:
+                await self._send(batch)
+            elif self.closed:
+                return
+
+    async def _send(self, batch: list[tuple[Context, JSON]]) -> None:
+        try:
+            outcomes = await self.api.complete_many([(ctx.todo, None, result) for ctx, result in batch])
+        except SwitchboardError as exc:
+            log.warning("could not send %d completion(s) (%s); their leases will lapse", len(batch), exc)
+            return
+        for (ctx, _), outcome in zip(batch, outcomes, strict=True):
+            if outcome.ok:
+                self.stats.completed += 1
+            else:
+                ctx._lose(outcome.error.state if outcome.error else None)
+                self.stats.lost += 1
+                log.warning("completion of %s refused: %s", ctx.todo.id, outcome.error)

@@ -1,0 +1,183 @@
+"""The client against the shipped server: a todo's whole life through Client and AsyncClient, every verb,
+errors raised as the API's codes, typed answers."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from switchboard_client import (
+    AsyncClient,
+    Client,
+    Conflict,
+    CreatedTodo,
+    Forbidden,
+    Invalid,
+    NotFound,
+    QueueStats,
+    ServerUnreachable,
+    Todo,
+    Unauthorized,
+)
+
+from events.models import Event
+from ingest.models import Route, Source
+from todos.models import Todo as TodoRow
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def client(server, agent):
+    with Client(server.base, agent.token) as client:
+        yield client
+
+
+def test_a_todo_lives_its_whole_life_through_the_sync_client(client):
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    created = client.create(
+        "life",
+        kind="review",
+        title="Review #1",
+        payload={"pr": 1},
+        source="test",
+        idempotency_key="pr-1",
+        assignee="alice",
+        max_attempts=3,
+        priority=-5,
+        run_at=run_at,
+    )
+    assert isinstance(created, CreatedTodo) and created.created and created.state == "scheduled"
+    assert created.run_at == run_at.replace(microsecond=created.run_at.microsecond)
+    again = client.create("life", idempotency_key="pr-1")
+    assert again.id == created.id and not again.created
+
+    soon = client.create("life", kind="review", payload={"pr": 2}, delay_seconds=0)
+    assert client.get(soon.id).payload == {"pr": 2}
+    assert [t.id for t in client.iter_todos(queue="life", page_size=1)] == [soon.id, created.id]
+    page = client.list_todos(queue="life", state="pending")
+    assert [t.id for t in page.items] == [soon.id] and page.next_cursor is None
+
+    [claimed] = client.claim(["life"], limit=5, lease_seconds=30, worker="w1")
+    assert isinstance(claimed, Todo) and claimed.id == soon.id and claimed.lease_id
+    assert claimed.owner == "alice/w1" and claimed.lease_expires_at > datetime.now(UTC)
+    beat = client.heartbeat(claimed, lease_seconds=60)
+    assert beat.lease_expires_at > claimed.lease_expires_at
+    released = client.release(claimed)
+    assert released.state == "pending" and released.attempt == 0
+
+    again = client.claim_one(soon.id, lease_seconds=30)
+    failed = client.fail(again, error="flaky", retry_in_seconds=0)
+    assert failed.state == "failed" and failed.errors[-1]["error"] == "flaky"
+    [again] = client.claim(["life"], wait_seconds=5)
+    done = client.complete(again, result={"ok": True})
+    assert done.state == "done" and done.result == {"ok": True} and done.finished
+
+    with pytest.raises(Conflict) as conflict:
+        client.complete(again, result=None)
+    assert conflict.value.state == "done" and conflict.value.status == 409
+
+    cancelled = client.cancel(created.id, reason="not needed")
+    assert cancelled.state == "cancelled"
+    with pytest.raises(Conflict) as conflict:
+        client.cancel(created.id)
+    assert conflict.value.state == "cancelled"
+
+
+def test_batch_complete_answers_one_outcome_per_item(client):
+    for i in range(3):
+        client.create("batch", payload={"n": i})
+    todos = client.claim(["batch"], limit=3)
+    outcomes = client.complete_many([(t, None, {"n": t.payload["n"]}) for t in todos] + [(todos[0], None, None)])
+    assert [o.status for o in outcomes] == [200, 200, 200, 409]
+    assert outcomes[0].todo is not None and outcomes[0].todo.state == "done"
+    assert outcomes[3].error is not None and outcomes[3].error.state == "done"
+
+
+def test_retry_revives_a_dead_letter(server, make_agent):
+    operator = make_agent("ops", can_retry_dead_letters=True)
+    with Client(server.base, operator.token) as client:
+        client.create("dl", max_attempts=1)
+        [todo] = client.claim(["dl"])
+        dead = client.fail(todo, error="boom")
+        assert dead.dead_letter and dead.state == "failed"
+        revived = client.retry(dead.id, mode="once", note="fixed")
+        assert revived.state == "pending" and not revived.dead_letter
+
+
+def test_queues_are_listed_paused_resumed_and_limited(server, make_agent):
+    manager = make_agent("manager", can_manage_queues=True)
+    with Client(server.base, manager.token) as client:
+        client.create("ops.q")
+        [stats] = [q for q in client.queues() if q.queue == "ops.q"]
+        assert isinstance(stats, QueueStats) and stats.pending == 1 and not stats.paused
+        assert client.pause("ops.q").paused and client.claim(["ops.q"]) == []
+        assert not client.resume("ops.q").paused
+        limited = client.set_limits("ops.q", max_claimed=2, rate_per_second=5.0)
+        assert (limited.max_claimed, limited.rate_per_second) == (2, 5.0)
+        cleared = client.set_limits("ops.q", max_claimed=None)
+        assert cleared.max_claimed is None and cleared.rate_per_second == 5.0
+        assert client.queue("ops.q").rate_per_second == 5.0
+        assert client.schedules() == []
+
+
+def test_events_are_listed_read_and_replayed(client, agent):
+    source = Source.objects.create(slug="gh", provider="github", secret="s")
+    Route.objects.create(source=source, event_pattern="*", queue="ev")
+    event = Event.objects.create(source="gh", type="push", delivery_id="d1", payload={"a": 1})
+    assert [e.id for e in client.iter_events(source="gh")] == [event.id]
+    read = client.event(event.id)
+    assert read.payload == {"a": 1} and read.type == "push"
+    replay = client.replay(event.id)
+    assert replay.event_id == event.id and len(replay.created_todo_ids) == 1
+    assert TodoRow.objects.get(pk=replay.created_todo_ids[0]).queue == "ev"
+
+
+def test_errors_are_raised_as_the_apis_codes(server, client, make_agent):
+    with pytest.raises(NotFound):
+        client.get("td_nope")
+    with pytest.raises(Invalid) as invalid:
+        client.create("q", priority=1000)
+    assert "priority" in invalid.value.fields
+    narrow = make_agent("narrow", claim=["mine"])
+    with Client(server.base, narrow.token) as other, pytest.raises(Forbidden) as forbidden:
+        other.claim(["theirs"])
+    assert forbidden.value.queues == ["theirs"]
+    with Client(server.base, "sb_wrong") as wrong, pytest.raises(Unauthorized):
+        wrong.queues()
+    with Client("http://127.0.0.1:9", "x", retries=1, backoff=0.01) as down, pytest.raises(ServerUnreachable) as e:
+        down.queues()
+    assert "127.0.0.1:9" in str(e.value)
+
+
+def test_client_reads_the_url_and_token_from_the_environment(server, agent, monkeypatch):
+    monkeypatch.setenv("SWITCHBOARD_URL", server.base)
+    monkeypatch.setenv("SWITCHBOARD_TOKEN", agent.token)
+    with Client() as client:
+        assert client.create("envq").queue == "envq"
+
+
+def test_a_todo_lives_its_whole_life_through_the_async_client(server, agent):
+    async def life() -> None:
+        async with AsyncClient(server.base, agent.token) as client:
+            created = await client.create("alife", kind="k", payload={"x": 1}, idempotency_key="a1")
+            assert created.created
+            assert (await client.get(created)).payload == {"x": 1}
+            assert [t.id async for t in client.iter_todos(queue="alife")] == [created.id]
+            [claimed] = await client.claim(["alife"], wait_seconds=2, lease_seconds=10)
+            await client.heartbeat(claimed)
+            failed = await client.fail(claimed, error="again", retry_in_seconds=0)
+            assert failed.state == "failed"
+            [claimed] = await client.claim(["alife"], wait_seconds=5)
+            [outcome] = await client.complete_many([(claimed, None, {"done": 1})])
+            assert outcome.ok and outcome.todo is not None and outcome.todo.result == {"done": 1}
+            assert [q.queue for q in await client.queues() if q.queue == "alife"] == ["alife"]
+            with pytest.raises(Conflict):
+                await client.release(claimed)
+            with pytest.raises(NotFound):
+                await client.event("ev_nope")
+            # A long-poll that finds nothing answers an empty list when its time is up.
+            assert await client.claim(["alife.none"], wait_seconds=0.5) == []
+
+    asyncio.run(life())

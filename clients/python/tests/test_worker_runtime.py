@@ -1,0 +1,217 @@
+"""The worker runtime against the shipped server: many todos at concurrency 8 done once each, heartbeats
+through a slow handler, a lost lease not completed, SIGKILL losing nothing, SIGTERM draining in its
+grace."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from switchboard_client import Client, Fail, Release, Worker
+
+from todos import queue
+from todos.models import Todo, TodoState
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def wait_until(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def start(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=lambda: asyncio.run(worker.arun()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_concurrency_8_over_500_todos_runs_each_exactly_once(server, agent):
+    ids = {queue.create(queue="many", kind="n", payload={"n": i})[0].id for i in range(500)}
+    runs = collections.Counter()
+    lock = threading.Lock()
+    worker = Worker(Client(server.base, agent.token), queues=["many"], concurrency=8, lease_seconds=30, drain=True)
+
+    @worker.handler("n")
+    def handle(todo):
+        with lock:
+            runs[todo.id] += 1
+        return {"double": todo.payload["n"] * 2}
+
+    stats = asyncio.run(worker.arun())
+    assert set(runs) == ids and set(runs.values()) == {1}
+    assert stats.completed == 500 and stats.lost == 0
+    rows = Todo.objects.filter(pk__in=ids)
+    assert rows.filter(state=TodoState.DONE, attempt=1).count() == 500
+    assert all(t.result == {"double": t.payload["n"] * 2} for t in rows)
+
+
+def test_async_handlers_fail_with_retry_in_and_release(server, agent):
+    ok = queue.create(queue="kinds", kind="ok", payload={"x": 1})[0]
+    bad = queue.create(queue="kinds", kind="bad")[0]
+    back = queue.create(queue="kinds", kind="back")[0]
+    worker = Worker(Client(server.base, agent.token), queues=["kinds"], concurrency=4, drain=True)
+    released = []
+
+    @worker.handler("ok")
+    async def ok_(todo):
+        await asyncio.sleep(0.01)
+        return todo.payload
+
+    @worker.handler("bad")
+    def bad_(todo):
+        raise Fail("not yet", retry_in=3600)
+
+    @worker.handler("back")
+    def back_(todo):
+        released.append(todo.id)
+        if len(released) == 1:
+            raise Release
+        return "second time"
+
+    stats = asyncio.run(worker.arun())
+    ok.refresh_from_db(), bad.refresh_from_db(), back.refresh_from_db()
+    assert ok.state == TodoState.DONE and ok.result == {"x": 1}
+    assert bad.state == TodoState.FAILED and "Fail: not yet" in bad.errors[-1]["error"]
+    assert bad.next_retry_at is not None
+    # Released (attempt given back), then claimed again by the same worker and done.
+    assert released == [back.id, back.id] and back.state == TodoState.DONE and back.attempt == 1
+    assert (stats.completed, stats.failed, stats.released) == (2, 1, 1)
+
+
+def test_a_handler_slower_than_its_lease_is_kept_alive_by_heartbeats(server, agent):
+    todo = queue.create(queue="slow", kind="s")[0]
+    worker = Worker(Client(server.base, agent.token), queues=["slow"], lease_seconds=1, drain=True)
+
+    @worker.handler("s")
+    def slow(todo):
+        time.sleep(3)
+        return "slept"
+
+    stats = asyncio.run(worker.arun())
+    todo.refresh_from_db()
+    # Never lapsed: one receive, no "lease expired" entry, and the result sent.
+    assert todo.state == TodoState.DONE and todo.attempt == 1 and todo.errors == [] and todo.result == "slept"
+    assert stats.lost == 0
+
+
+def test_a_lost_lease_is_told_to_the_handler_and_not_completed(server, agent, make_agent):
+    todo = queue.create(queue="lost", kind="l")[0]
+    other = make_agent("bob")
+    seen = {}
+    worker = Worker(Client(server.base, agent.token), queues=["lost"], lease_seconds=1.5, poll_seconds=1)
+
+    @worker.handler("l")
+    def handle(todo, ctx):
+        seen["lost"] = ctx.wait_lost(20)
+        seen["state"] = ctx.lost_state
+        return "too late"
+
+    thread = start(worker)
+    try:
+        wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.CLAIMED).exists())
+        # The lease lapses (as if heartbeats had not got through) and another agent claims the todo.
+        Todo.objects.filter(pk=todo.pk).update(lease_expires_at=Now() - timedelta(seconds=1))
+        theirs = queue.claim(todo.pk, agent=other)
+        wait_until(lambda: "lost" in seen)
+        time.sleep(0.3)  # time enough for an outcome to be sent, were it sent
+    finally:
+        worker.stop()
+        thread.join(20)
+    assert seen == {"lost": True, "state": "claimed"}
+    todo.refresh_from_db()
+    assert todo.state == TodoState.CLAIMED and todo.lease_id == theirs.lease_id and todo.result is None
+    assert worker.stats.lost == 1 and worker.stats.completed == 0
+
+
+HANDLERS = """
+import time
+from switchboard_client import Worker
+
+worker = Worker(queues=["proc"], concurrency={concurrency}, lease_seconds={lease}, poll_seconds=1,
+                grace_seconds={grace})
+
+@worker.handler("p")
+def handle(todo):
+    time.sleep(todo.payload["sleep"])
+    return {{"n": todo.payload["n"]}}
+"""
+
+
+def _process(tmp_path, env, concurrency=8, lease=2.0, grace=10.0, *extra):
+    (tmp_path / "proc_handlers.py").write_text(
+        textwrap.dedent(HANDLERS.format(concurrency=concurrency, lease=lease, grace=grace))
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "switchboard_client", "worker", "proc_handlers", *extra],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_a_worker_sigkilled_mid_batch_loses_nothing(server, env, tmp_path):
+    ids = [queue.create(queue="proc", kind="p", payload={"n": i, "sleep": 0.05})[0].id for i in range(120)]
+    proc = _process(tmp_path, env)
+    try:
+        wait_until(lambda: Todo.objects.filter(state=TodoState.DONE).count() >= 20)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    left = Todo.objects.exclude(state=TodoState.DONE).count()
+    assert left > 0, "the batch finished before the kill: nothing was tested"
+    # A second worker picks up what the dead one held once its leases lapse (2 s), and the rest.
+    proc = _process(tmp_path, env, 8, 2.0, 10.0, "--drain")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    rows = Todo.objects.filter(pk__in=ids)
+    assert rows.filter(state=TodoState.DONE).count() == 120
+    assert all(t.result == {"n": t.payload["n"]} for t in rows)
+
+
+def test_sigterm_lets_running_handlers_finish_within_the_grace(server, env, tmp_path):
+    ids = [queue.create(queue="proc", kind="p", payload={"n": i, "sleep": 1.5})[0].id for i in range(4)]
+    proc = _process(tmp_path, env, 4, 10.0, 10.0)
+    try:
+        wait_until(lambda: Todo.objects.filter(state=TodoState.CLAIMED).count() == 4)
+        queue.create(queue="proc", kind="p", payload={"n": 9, "sleep": 0})  # must not be claimed after the stop
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 5
+    assert Todo.objects.filter(pk__in=ids, state=TodoState.DONE).count() == 4, out
+    assert Todo.objects.filter(payload__n=9, state=TodoState.PENDING, attempt=0).count() == 1
+
+
+def test_sigterm_releases_what_the_grace_did_not_finish(server, env, tmp_path):
+    todo = queue.create(queue="proc", kind="p", payload={"n": 1, "sleep": 60})[0]
+    proc = _process(tmp_path, env, 1, 10.0, 0.5)
+    try:
+        wait_until(lambda: Todo.objects.filter(pk=todo.pk, state=TodoState.CLAIMED).exists())
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 4
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
