@@ -155,11 +155,12 @@ class Todo(models.Model):
     )
     has_dependents = models.BooleanField(db_default=False, editable=False)
     # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
-    # one) and its count on the waiter's (awaited_left: how many of them have not finished). The statement
+    # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
     # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
-    # for the waiter's lock) and counts itself off each waiter's row: no lookup, no gap (todos/sql.py).
+    # for the waiter's lock) and takes itself off each waiter's list: no lookup, no gap, and a todo that
+    # finishes twice (a dead-letter retried) is taken off once (todos/sql.py, _finishing).
     awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
-    awaited_left = models.IntegerField(null=True, blank=True)
+    awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
 
     objects = TodoQuerySet.as_manager()
 

@@ -114,18 +114,19 @@ def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t", when: 
 FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
 
 # For the hook below, on a waiter p (its latest version) and f.ids, the todos of this statement that
-# finished and name p in their awaited_by: how many of them its current wait is for (an edge left by an
-# earlier wait, which timed out or was resolved otherwise, counts for nothing).
-_COUNTED = "(SELECT count(*) FROM unnest(f.ids) x(id) WHERE p.waiting_for->'todos' ? x.id)"
-_COUNTS = f"({S.WAITING.sql('p')} AND {_COUNTED} > 0)"
-_RESOLVES = f"({_COUNTS} AND p.awaited_left <= {_COUNTED})"
+# finished and name p in their awaited_by: whether its current wait is for any of them (awaited_left is
+# set by each wait on todos and cleared by any other wait, so an edge left by an earlier wait counts for
+# nothing), what is left once they are taken off, and whether that is nothing.
+_COUNTS = f"({S.WAITING.sql('p')} AND p.awaited_left && f.ids)"
+_LEFT = "ARRAY(SELECT x FROM unnest(p.awaited_left) x WHERE x <> ALL(f.ids))::varchar(40)[]"
+_RESOLVES = f"({_COUNTS} AND cardinality({_LEFT}) = 0)"
 
 
 def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
     """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue and awaited_by) whose
     rows may finish todos that others wait for (``finished``: a condition on its rows, alias c). In the
-    same statement each waiter named in a finished row's awaited_by counts it off its awaited_left; one
-    that reaches zero becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
+    same statement each waiter named in a finished row's awaited_by takes it off its awaited_left; one
+    left with nothing becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
     that satisfy ``notify_when`` and of every todo it woke; returns ``changed``'s rows. ``before``: CTEs
     that ``changed`` reads (a WITH cannot nest a data-modifying one).
 
@@ -133,8 +134,8 @@ def _finishing(changed: str, *, finished: str, notify_when: str = "false", befor
     version (a statement that waited for a lock re-reads the row), and queue.wait writes the edge by
     updating that row. So either the wait's write came first and the finishing statement sees the edge,
     or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
-    waiter's row is found by id, and its latest version is what the CASEs read (its state, its count):
-    siblings finishing concurrently take its lock in turn and each counts off from the last. Most todos
+    waiter's row is found by id, and its latest version is what the CASEs read (its state, its list):
+    siblings finishing concurrently take its lock in turn and each takes itself off the last list. Most todos
     have no awaited_by: the hook then costs nothing but an empty unnest.
 
     It also settles the dependents of the todos it finished (_SETTLED: dependencies made at create, whose
@@ -144,7 +145,7 @@ def _finishing(changed: str, *, finished: str, notify_when: str = "false", befor
 WITH {before}changed AS ({changed}),
 woken AS (
     UPDATE todos_todo p SET
-        awaited_left = CASE WHEN {_COUNTS} THEN GREATEST(p.awaited_left - {_COUNTED}, 0) ELSE p.awaited_left END,
+        awaited_left = CASE WHEN {_COUNTS} THEN {_LEFT} ELSE p.awaited_left END,
         {_resolved_set("'todos'", "jsonb_build_object('todos', p.waiting_for->'todos')", "p", when=_RESOLVES)}
     FROM (
         SELECT w.waiter, array_agg(c.id) AS ids
@@ -1062,6 +1063,7 @@ WITH changed AS (
         next_retry_at = NULL,
         waiting_for = %(waiting_for)s,
         resolution = NULL,
+        awaited_left = NULL,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
             'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
@@ -1110,8 +1112,8 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 
 
 # attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
-# waiter in its awaited_by (once), and the waiter's awaited_left is how many those are; none: resolved at
-# once. Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
+# waiter in its awaited_by (once), and the waiter's awaited_left lists those; none: resolved at once.
+# Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
 # a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
 ATTACH_AWAITED = f"""
 WITH kids AS (
@@ -1123,8 +1125,8 @@ WITH kids AS (
 changed AS (
     UPDATE todos_todo t SET
         awaited_left = n.left,
-        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = 0")}
-    FROM (SELECT count(*) AS left FROM kids) n
+        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = '{{}}'")}
+    FROM (SELECT COALESCE(array_agg(id), '{{}}')::varchar(40)[] AS left FROM kids) n
     WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
     RETURNING {_RETURNING_T}
 ),

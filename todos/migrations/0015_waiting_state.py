@@ -5,7 +5,7 @@
 * todo_runnable_idempotency_key covers waiting todos (they hold their key), built CONCURRENTLY under a new
   name and swapped in, as in 0012, so creates keep their arbiter throughout.
 * todos_todo gains waiting_for, resolution, and a wait on todos' edges (awaited_by, on the awaited todo) and
-  count (awaited_left, on the waiter); all nullable: no rewrite; todo_waiting (queue) WHERE waiting,
+  what is left (awaited_left, on the waiter); all nullable: no rewrite; todo_waiting (queue) WHERE waiting,
   CONCURRENTLY, for queue_stats() and the admin's filter.
 * todos_waitpoint: each todo's latest wait, with a partial index of the open ones per resolver (timeout,
   event key).
@@ -87,7 +87,13 @@ class Migration(migrations.Migration):
                 base_field=models.CharField(max_length=40), blank=True, null=True, size=None
             ),
         ),
-        migrations.AddField(model_name="todo", name="awaited_left", field=models.IntegerField(blank=True, null=True)),
+        migrations.AddField(
+            model_name="todo",
+            name="awaited_left",
+            field=django.contrib.postgres.fields.ArrayField(
+                base_field=models.CharField(max_length=40), blank=True, null=True, size=None
+            ),
+        ),
         migrations.AddField(model_name="todo", name="waiting_for", field=models.JSONField(blank=True, null=True)),
         migrations.AlterField(
             model_name="todo",

@@ -48,8 +48,14 @@ class ModelTodo:
     owner: str | None = None
     lease: str | None = None  # the current receipt
     errors: int = 0
-    left: int = 0  # waiting on dependencies: how many are not settled yet
+    deps_left: int = 0  # waiting on dependencies made at create: how many are not settled yet
     policy: str = "cancel"  # on_dependency_failure
+    # waiting only (issue 20): what for ("token" or "todos"), the awaited todos not finished yet, what a
+    # timeout does, and whether the test has made its timeout pass.
+    waits: str | None = None
+    left: set[str] = field(default_factory=set)
+    on_timeout: str = "pending"
+    timeout_due: bool = False
 
     @property
     def dead(self) -> bool:
@@ -65,6 +71,11 @@ class ModelTodo:
     def claim_order(self) -> tuple[int, int]:
         return (self.priority, self.run_order)
 
+    @property
+    def finished(self) -> bool:
+        """What a wait on todos waits for: done, cancelled or dead-lettered."""
+        return self.state in ("done", "cancelled") or self.dead
+
 
 @dataclass
 class QueueModel:
@@ -72,7 +83,8 @@ class QueueModel:
     queues: set[str] = field(default_factory=set)
     clock: int = 0  # orders creations and agings
     # Open dependency edges: a dependency's id -> the dependents still waiting on it (one entry per edge).
-    waits: dict[str, list[str]] = field(default_factory=dict)
+    dep_waits: dict[str, list[str]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)  # a token wait's token -> its todo (latest wait only)
 
     def tick(self) -> int:
         self.clock += 1
@@ -141,34 +153,28 @@ class QueueModel:
             return holder, False
         t, _ = self.create(todo_id, queue, key, None, 2)
         deps = list(dict.fromkeys(depends_on))
-        t.state, t.left, t.policy = "waiting", len(deps), policy
+        t.state, t.deps_left, t.policy = "waiting", len(deps), policy
         for dep in deps:
-            self.waits.setdefault(dep, []).append(t.id)
-        self.settle([d for d in deps if self.finished(self.todos[d])])
+            self.dep_waits.setdefault(dep, []).append(t.id)
+        for dep in deps:
+            if self.todos[dep].finished:
+                self.settle(self.todos[dep])
         return t, True
 
-    @staticmethod
-    def finished(t: ModelTodo) -> bool:
-        return t.state in ("done", "cancelled") or t.dead
-
-    def settle(self, finished: list[str]) -> None:
-        """What the statement that finished these todos does to their dependents: each waiting one counts
-        the dependency off; a dead or cancelled one cancels a dependent whose policy is cancel (whose own
-        dependents then settle too); the last one makes it pending. Each edge settles once."""
-        while finished:
-            cancelled: list[str] = []
-            for dep in finished:
-                for dependent_id in self.waits.pop(dep, []):
-                    d = self.todos[dependent_id]
-                    if d.state != "waiting" or d.left <= 0:
-                        continue
-                    d.left -= 1
-                    if self.todos[dep].state != "done" and d.policy == "cancel":
-                        d.state, d.errors = "cancelled", d.errors + 1
-                        cancelled.append(d.id)
-                    elif d.left == 0:
-                        d.state = "pending"
-            finished = cancelled
+    def settle(self, t: ModelTodo) -> None:
+        """What the statement that finished ``t`` does to its dependents (made at create): each waiting one
+        counts it off; if it is dead or cancelled, one whose policy is cancel is cancelled (and finishes in
+        turn); the last one makes it pending. Each edge settles once."""
+        for dependent_id in self.dep_waits.pop(t.id, []):
+            d = self.todos[dependent_id]
+            if d.state != "waiting" or d.deps_left <= 0:
+                continue
+            d.deps_left -= 1
+            if t.state != "done" and d.policy == "cancel":
+                d.state, d.errors = "cancelled", d.errors + 1
+                self.finished(d)
+            elif d.deps_left == 0:
+                d.state = "pending"
 
     def choose_next(self, agent: ModelAgent, wanted: list[str] | None, limit: int) -> list[ModelTodo]:
         """Which todos claim_next takes: per queue the first pending in claim order (priority, then
@@ -213,14 +219,13 @@ class QueueModel:
             t.state, t.lapsed, t.retry = "claimed", False, None
         elif verb == "complete":
             t.state, t.lease, t.lapsed, t.retry = "done", None, False, None
-            self.settle([t.id])
+            self.finished(t)
         elif verb == "fail":
             retry = "waiting" if t.attempt < t.max_attempts else None
             if self._revives_key(t, retry is not None):
                 return CONFLICT, t
             t.state, t.retry, t.lease, t.lapsed, t.errors = "failed", retry, None, False, t.errors + 1
-            if t.dead:
-                self.settle([t.id])
+            self.finished(t)
         elif verb == "release":
             if self._revives_key(t, True):
                 return CONFLICT, t
@@ -253,7 +258,8 @@ class QueueModel:
         if t is None or (agent is not None and not agent.sees(t.queue)) or not cancellable:
             return self._miss(t, agent)
         t.state, t.lease, t.retry, t.lapsed, t.errors = "cancelled", None, None, False, t.errors + 1
-        self.settle([t.id])
+        t.waits, t.left = None, set()
+        self.finished(t)
         return OK, t
 
     def run_now(self, todo_id: str) -> Outcome:
@@ -289,11 +295,85 @@ class QueueModel:
                     t.state, requeued = "pending", requeued + 1
                 else:
                     t.state, t.retry, dead = "failed", None, dead + 1
-                    self.settle([t.id])
+                    self.finished(t)
         for t in self.todos.values():
             if t.state == "failed" and t.retry == "due":
                 t.state, t.retry, promoted = "pending", None, promoted + 1
         for t in self.todos.values():
             if t.state == "scheduled" and t.due_now:
                 t.state, t.due_now, scheduled = "pending", False, scheduled + 1
-        return requeued, dead, promoted, scheduled
+        timed_out = 0
+        for t in sorted(self.todos.values(), key=lambda t: t.seq):
+            if t.state == "waiting" and t.timeout_due:
+                timed_out += 1
+                t.waits, t.left, t.timeout_due, t.errors = None, set(), False, t.errors + 1
+                if t.on_timeout == "pending":
+                    t.state = "pending"
+                else:
+                    t.attempt += 1
+                    t.state, t.retry = "failed", ("waiting" if t.attempt < t.max_attempts else None)
+                    self.finished(t)
+        return requeued, dead, promoted, scheduled, timed_out
+
+    # --- waits (issue 20) ----------------------------------------------------------------------
+    def finished(self, t: ModelTodo) -> None:
+        """``t`` has just finished (or failed below the cap: then nothing): each todo waiting for it takes
+        it off what it waits for, and one left with nothing is pending again."""
+        if not t.finished:
+            return
+        for w in self.todos.values():
+            if w.state == "waiting" and w.waits == "todos" and t.id in w.left:
+                w.left.discard(t.id)
+                if not w.left:
+                    self._resolve(w)
+        self.settle(t)
+
+    def _resolve(self, t: ModelTodo) -> None:
+        t.state, t.waits, t.left, t.timeout_due, t.errors = "pending", None, set(), False, t.errors + 1
+
+    def wait(
+        self,
+        todo_id: str,
+        agent: ModelAgent,
+        lease: str,
+        kind: str,
+        awaited: list[str],
+        token: str | None,
+        on_timeout: str,
+    ) -> Outcome:
+        """claimed (or pending with its lapsed receipt) -> waiting, the attempt given back; a wait on todos
+        that have all finished is resolved at once. Awaited todos the agent cannot see: not found."""
+        if kind == "todos" and any(a not in self.todos or not agent.sees(self.todos[a].queue) for a in awaited):
+            return NOT_FOUND, None
+        t = self.todos.get(todo_id)
+        if t is None or not agent.sees(t.queue):
+            return NOT_FOUND, None
+        if t.lease != lease or t.owner != agent.name or t.state not in ("claimed", "pending") or t.dead:
+            return CONFLICT, t
+        self.tokens = {k: v for k, v in self.tokens.items() if v != todo_id}  # a new wait replaces the last
+        if token is not None:
+            self.tokens[token] = todo_id
+        t.state, t.attempt, t.lease, t.lapsed, t.retry = "waiting", max(t.attempt - 1, 0), None, False, None
+        t.waits, t.on_timeout, t.timeout_due, t.errors = kind, on_timeout, False, t.errors + 1
+        t.left = {a for a in awaited if not self.todos[a].finished} if kind == "todos" else set()
+        if kind == "todos" and not t.left:
+            self._resolve(t)
+        return OK, t
+
+    def resolve(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
+        t = self.todos.get(todo_id)
+        # A todo waiting on the dependencies it was created with has no wait to resolve: a conflict.
+        if t is None or (agent is not None and not agent.sees(t.queue)) or t.state != "waiting" or t.waits is None:
+            return self._miss(t, agent)
+        self._resolve(t)
+        return OK, t
+
+    def resolve_token(self, token: str) -> Outcome:
+        """Unknown (or replaced by a later wait of its todo): not found; its wait over already: conflict."""
+        t = self.todos.get(self.tokens.get(token, ""))
+        if t is None:
+            return NOT_FOUND, None
+        if t.state != "waiting" or t.waits != "token":
+            return CONFLICT, t
+        self._resolve(t)
+        return OK, t

@@ -4,6 +4,8 @@ flag, receipt and error count, and each call's outcome class (ok / not found / c
 
 Todos come with priorities and some are scheduled (issue 12): claims must follow the model's claim order,
 scheduled ones stay invisible until made due, and run now / set priority move them as the model says.
+Holders wait (issue 20) for a token or for other todos; tokens, agents and operators resolve waits,
+finishing todos resolve their waiters, and timeouts fire in the reaper.
 
 Runs are derandomized for CI; HYPOTHESIS_QUEUE_EXAMPLES=500 (or more) searches harder locally.
 """
@@ -34,7 +36,7 @@ from hypothesis.stateful import (
 
 from todos import queue
 from todos.errors import QueuesForbidden, TodoConflict, TodoNotFound
-from todos.models import Agent, Todo
+from todos.models import Agent, Todo, Waitpoint
 from todos.tests.queue_model import CONFLICT, NOT_FOUND, OK, ModelAgent, QueueModel
 
 QUEUES = ["q.a", "q.b"]
@@ -61,7 +63,7 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         # Each example starts from empty tables (the test is transaction=True: rows really commit).
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_dependency CASCADE")
+            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_waitpoint, todos_dependency CASCADE")
         self.model = QueueModel()
         self.spent: list[tuple[str, str, str]] = []
         self.agents: dict[str, Agent] = {}
@@ -204,6 +206,102 @@ class QueueMachine(RuleBasedStateMachine):
         self._with_receipt("release", receipt, who)
         self.spent.append(receipt)
 
+    @rule(
+        receipt=consumes(receipts),
+        data=st.data(),
+        kind=st.sampled_from(["token", "todos", "todos"]),
+        on_timeout=st.sampled_from(["pending", "fail"]),
+        who=st.sampled_from(["holder", "holder", "holder", "bob"]),
+    )
+    def wait(self, receipt: tuple[str, str, str], data: st.DataObject, kind: str, on_timeout: str, who: str) -> None:
+        todo_id, holder, lease_id = receipt
+        self._wait(todo_id, holder if who == "holder" else who, lease_id, data, kind, on_timeout)
+        self.spent.append(receipt)
+
+    # The interesting case, often: the holder of a live lease waits (the receipts bundle rarely has one).
+    @precondition(lambda self: any(t.state == "claimed" for t in self.model.todos.values()))
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(["token", "todos", "todos"]),
+        on_timeout=st.sampled_from(["pending", "fail"]),
+    )
+    def wait_on_a_claimed_todo(self, data: st.DataObject, kind: str, on_timeout: str) -> None:
+        held = [t for t in sorted(self.model.todos.values(), key=lambda t: t.seq) if t.state == "claimed"]
+        t = data.draw(st.sampled_from(held), label="waiting")
+        self._wait(t.id, t.owner or "alice", t.lease or "", data, kind, on_timeout)
+
+    def _wait(self, todo_id: str, agent: str, lease_id: str, data: st.DataObject, kind: str, on_timeout: str) -> None:
+        awaited: list[str] = []
+        if kind == "todos":
+            others = [t.id for t in sorted(self.model.todos.values(), key=lambda t: t.seq) if t.id != todo_id]
+            if not others:
+                return
+            awaited = data.draw(st.lists(st.sampled_from(others), min_size=1, max_size=3, unique=True), label="for")
+        expected, _ = self.model.wait(todo_id, self.model_agents[agent], lease_id, kind, awaited, None, on_timeout)
+        real, answer = outcome_of(
+            lambda: queue.wait(
+                todo_id,
+                agent=self.agents[agent],
+                lease_id=lease_id,
+                wait_for={"token": True} if kind == "token" else {"todos": awaited},
+                timeout_seconds=3600,
+                on_timeout=on_timeout,
+            )
+        )
+        self.check(f"wait {todo_id} by {agent} for {kind}", real, expected)
+        if real == OK and answer[1] is not None:
+            self.model.tokens[answer[1]] = todo_id
+
+    @rule(todo_id=todos, as_bob=st.booleans())
+    def resolve(self, todo_id: str, as_bob: bool) -> None:
+        self._resolve(todo_id, as_bob)
+
+    @precondition(lambda self: any(t.state == "waiting" for t in self.model.todos.values()))
+    @rule(data=st.data(), as_bob=st.booleans())
+    def resolve_a_waiting_todo(self, data: st.DataObject, as_bob: bool) -> None:
+        waiting = [t.id for t in sorted(self.model.todos.values(), key=lambda t: t.seq) if t.state == "waiting"]
+        self._resolve(data.draw(st.sampled_from(waiting), label="resolving"), as_bob)
+
+    def _resolve(self, todo_id: str, as_bob: bool) -> None:
+        agent = self.agents["bob"] if as_bob else None
+        expected, _ = self.model.resolve(todo_id, self.model_agents["bob"] if as_bob else None)
+        real, _ = outcome_of(lambda: queue.resolve(todo_id, by="bob" if as_bob else "ops", agent=agent, data={}))
+        self.check(f"resolve {todo_id}", real, expected)
+
+    @precondition(lambda self: self.model.tokens)
+    @rule(data=st.data())
+    def resolve_token(self, data: st.DataObject) -> None:
+        token = data.draw(st.sampled_from([*sorted(self.model.tokens), "wpt_unknown"]), label="token")
+        expected, _ = self.model.resolve_token(token)
+        real, _ = outcome_of(lambda: queue.resolve_token(token, data={"ok": True}))
+        self.check("resolve_token", real, expected)
+
+    # Fan-in, often: a todo some waiter still waits for is cancelled (or completed, if it is leased).
+    @precondition(lambda self: any(t.state == "waiting" and t.left for t in self.model.todos.values()))
+    @rule(data=st.data())
+    def finish_an_awaited_todo(self, data: st.DataObject) -> None:
+        awaited = sorted({i for t in self.model.todos.values() if t.state == "waiting" for i in t.left})
+        todo_id = data.draw(st.sampled_from(awaited), label="finishing")
+        t = self.model.todos[todo_id]
+        if t.state == "claimed" and t.lease and t.owner:
+            self._with_receipt("complete", (todo_id, t.owner, t.lease), "holder", result={"n": 1})
+        else:
+            self._cancel(todo_id, False)
+
+    @precondition(
+        lambda self: any(t.state == "waiting" and t.waits and not t.timeout_due for t in self.model.todos.values())
+    )
+    @rule(data=st.data())
+    def make_a_wait_time_out(self, data: st.DataObject) -> None:
+        waiting = [
+            t.id
+            for t in sorted(self.model.todos.values(), key=lambda t: t.seq)
+            if t.state == "waiting" and t.waits and not t.timeout_due  # a dependency waiter has no timeout
+        ]
+        todo_id = data.draw(st.sampled_from(waiting), label="timing out")
+        Waitpoint.objects.filter(todo_id=todo_id).update(timeout_at=Now() - timedelta(seconds=1))
+        self.model.todos[todo_id].timeout_due = True
+
     @precondition(lambda self: self.spent)
     @rule(data=st.data(), verb=st.sampled_from(["heartbeat", "complete", "fail", "release"]))
     def replay_a_spent_receipt(self, data: st.DataObject, verb: str) -> None:
@@ -258,7 +356,10 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(
         lambda self: any(
-            (t.state == "claimed" and t.lapsed) or t.retry == "due" or (t.state == "scheduled" and t.due_now)
+            (t.state == "claimed" and t.lapsed)
+            or t.retry == "due"
+            or (t.state == "scheduled" and t.due_now)
+            or (t.state == "waiting" and t.timeout_due)
             for t in self.model.todos.values()
         )
     )
@@ -266,7 +367,13 @@ class QueueMachine(RuleBasedStateMachine):
     def reap_once(self) -> None:
         result = queue.reap_once(batch=2)
         expected = self.model.reap()
-        assert (result.requeued, result.dead_lettered, result.retries_promoted, result.scheduled_promoted) == expected
+        assert (
+            result.requeued,
+            result.dead_lettered,
+            result.retries_promoted,
+            result.scheduled_promoted,
+            result.waits_timed_out,
+        ) == expected
         event(f"reap_once: {'swept' if result.total else 'idle'}")
 
     # --- time passing, one todo at a time --------------------------------------------------------------

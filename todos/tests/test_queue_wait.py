@@ -186,3 +186,28 @@ def test_a_cancelled_waiting_todo_cannot_be_resolved(agent, make_todo):
     with pytest.raises(TodoConflict) as caught:
         queue.resolve_token(token, data={})
     assert caught.value.state == TodoState.CANCELLED
+
+
+def test_an_awaited_todo_that_finishes_twice_is_taken_off_once(agent, make_todo):
+    a = _claimed(agent, make_todo, "kids", max_attempts=1)
+    b = _claimed(agent, make_todo, "kids")
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [a.id, b.id]})
+    queue.fail(a.id, agent=agent, lease_id=a.lease_id, error="boom")  # a dead-letter: finished
+    queue.retry_dead_letter(a.id, mode="once", operator="ops")
+    again = queue.claim(a.id, agent=agent)
+    queue.fail(a.id, agent=agent, lease_id=again.lease_id, error="boom")  # finished again
+    assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING  # b is still running
+    queue.complete(b.id, agent=agent, lease_id=b.lease_id)
+    assert Todo.objects.get(pk=parent.id).state == TodoState.PENDING
+
+
+def test_a_new_wait_forgets_the_todos_an_earlier_one_awaited(agent, make_todo):
+    child = _claimed(agent, make_todo, "kids")
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [child.id]})
+    queue.resolve(parent.id, by="alice", agent=agent, data=None)
+    parent = queue.claim(parent.id, agent=agent)
+    _wait(agent, parent, {"token": True})
+    queue.complete(child.id, agent=agent, lease_id=child.lease_id)
+    assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING  # still waiting for its token

@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 from todos import queue
 from todos.errors import TodoConflict
 from todos.models import Todo, TodoState, Waitpoint
+from todos.tests.test_queue_notify import heard  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -128,4 +129,17 @@ def test_sixteen_threads_completing_the_children_of_a_waiting_parent_wake_it_exa
     after = Todo.objects.get(pk=parent.id)
     assert after.state == TodoState.PENDING
     assert [e["error"] for e in after.errors].count("wait resolved") == 1
-    assert after.awaited_left == 0
+    assert after.awaited_left == []
+
+
+def test_a_resolved_wait_and_the_last_awaited_todo_notify_their_queues(agent, make_todo, heard):  # noqa: F811
+    _, token = _token_wait(agent, make_todo)
+    heard()
+    queue.resolve_token(token, data={})
+    assert heard() == ["jobs"]
+    child = queue.claim(make_todo("kids").id, agent=agent)
+    parent = queue.claim(make_todo("jobs").id, agent=agent)
+    queue.wait(parent.id, agent=agent, lease_id=parent.lease_id, wait_for={"todos": [child.id]}, timeout_seconds=60)
+    heard()
+    queue.complete(child.id, agent=agent, lease_id=child.lease_id)
+    assert heard() == ["jobs"]
