@@ -276,21 +276,26 @@ def plans() -> list[Plan]:
     failing = {"backoff_base": 10.0, "backoff_cap": 3600.0, "retry_in": None, "error": "boom"}
     receipt = {"id": live_id, "lease_id": live_lease, "agent": "worker", "visible": scopes_all}
     existing_key = one("SELECT idempotency_key FROM todos_todo WHERE state = 'pending' AND queue = 'github.push'")[0]
+    # CREATE_MANY with one item, as queue.create runs it: each column a one-element array.
     create = {
-        "id": "td_explain",
-        "queue": "github.push",
-        "source": "github",
-        "kind": "event",
-        "title": "new",
-        "payload": Jsonb({}),
-        "event_id": None,
-        "assignee": None,
-        "max_attempts": 5,
-        "run_at": None,
-        "delay": None,
-        "priority": 0,
-        "fair_key": "",
-        "traceparent": None,
+        "ids": ["td_explain"],
+        "queues": ["github.push"],
+        "sources": ["github"],
+        "kinds": ["event"],
+        "titles": ["new"],
+        "payloads": [Jsonb({})],
+        "event_ids": [None],
+        "assignees": [None],
+        "max_attempts": [5],
+        "run_ats": [None],
+        "delays": [None],
+        "priorities": [0],
+        "dependency_counts": [0],
+        "policies": ["cancel"],
+        "targets": [False],
+        "waiting_fors": [None],
+        "traceparents": [None],
+        "fair_keys": [""],
     }
     later = one("SELECT id FROM todos_todo WHERE state = 'scheduled' AND run_at > now() + interval '1 hour' LIMIT 1")
     crashed_fleet = """UPDATE todos_todo SET state = 'claimed', attempt = 1, owner = 'gone', lease_id = 'ls_x',
@@ -390,9 +395,9 @@ def plans() -> list[Plan]:
             {"visible": ["email.send"]},
         ),
         (
-            Plan("create scheduled for later", "sql.CREATE", "todo_runnable_idempotency_key"),
-            sql.CREATE,
-            {**create, "idempotency_key": "scheduled-key", "delay": 3600.0},
+            Plan("create scheduled for later", "sql.CREATE_MANY", "todo_runnable_idempotency_key"),
+            sql.CREATE_MANY,
+            {**create, "keys": ["scheduled-key"], "delays": [3600.0]},
         ),
         (
             Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"),
@@ -412,19 +417,21 @@ def plans() -> list[Plan]:
             {"batch": 500},
         ),
         (
-            Plan("create with a new idempotency key", "sql.CREATE", "todo_runnable_idempotency_key"),
-            sql.CREATE,
-            {**create, "idempotency_key": "brand-new-key"},
+            Plan("create with a new idempotency key", "sql.CREATE_MANY", "todo_runnable_idempotency_key"),
+            sql.CREATE_MANY,
+            {**create, "keys": ["brand-new-key"]},
         ),
         (
-            Plan("create with a key a runnable todo holds (conflict)", "sql.CREATE", "todo_runnable_idempotency_key"),
-            sql.CREATE,
-            {**create, "idempotency_key": existing_key},
+            Plan(
+                "create with a key a runnable todo holds (conflict)", "sql.CREATE_MANY", "todo_runnable_idempotency_key"
+            ),
+            sql.CREATE_MANY,
+            {**create, "keys": [existing_key]},
         ),
         (
-            Plan("the holder of a key (after a conflicting create)", "sql.RUNNABLE_BY_KEY", ""),
-            sql.RUNNABLE_BY_KEY,
-            {"queue": "github.push", "idempotency_key": existing_key},
+            Plan("the holder of a key (after a conflicting create)", "sql.RUNNABLE_BY_KEYS", ""),
+            sql.RUNNABLE_BY_KEYS,
+            {"queues": ["github.push"], "keys": [existing_key]},
         ),
     ]
     result = []

@@ -75,6 +75,13 @@ PRIORITY_MIN, PRIORITY_MAX = states.PRIORITY_MIN, states.PRIORITY_MAX
 MAX_DELAY_SECONDS = states.MAX_DELAY_SECONDS
 
 
+class OnDependencyFailure(models.TextChoices):
+    # What a dependent does when one of its dependencies ends otherwise than done (a dead-letter, cancelled):
+    # it is cancelled too (its history names the dependency), or it runs anyway.
+    CANCEL = "cancel", "cancel"
+    RUN = "run", "run"
+
+
 class TodoQuerySet(models.QuerySet["Todo"]):
     def visible_to(self, agent: Agent) -> TodoQuerySet:
         """Todos in the queues the agent may see (its claim and create scopes)."""
@@ -141,6 +148,17 @@ class Todo(models.Model):
     # kept until the next wait so that the next claim reads it.
     waiting_for = models.JSONField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
+    # Dependencies (issue 20). depends_on: the todos it was created to wait for, in order (null: none, and its
+    # JSON lists none without a query). dependencies_left: those not settled yet, while it waits for them (one
+    # open Dependency edge each); the statement that finishes the last one moves it on. has_dependents: some
+    # todo was made to depend on this one, so the statement that finishes it settles them
+    # (todos_settle_dependents).
+    depends_on = ArrayField(models.CharField(max_length=40), null=True, blank=True, editable=False)
+    dependencies_left = models.IntegerField(db_default=0, editable=False)
+    on_dependency_failure = models.CharField(
+        max_length=6, choices=OnDependencyFailure.choices, db_default=OnDependencyFailure.CANCEL
+    )
+    has_dependents = models.BooleanField(db_default=False, editable=False)
     # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
     # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
     # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
@@ -336,6 +354,24 @@ class Waitpoint(models.Model):
 
     def __str__(self) -> str:
         return f"wait of {self.todo_id}"
+
+
+class Dependency(models.Model):
+    """An open wait: ``dependent`` waits for ``dependency`` (issue 20), at ``position`` in its depends_on.
+    Written by create (todos/sql.py LINK); deleted by the statement that finishes the dependency, which
+    settles the dependent (todos_settle_dependents): an edge settles once, so a dependency that dead-letters
+    and is later completed by its slow worker settles nothing twice. The table holds only open waits; the
+    list itself is the dependent's depends_on. Plain ids, not foreign keys: retention deletes todos in SQL."""
+
+    # Led by dependency_id: a finishing todo's open waits are one probe of the primary key (an empty
+    # range for most todos).
+    pk = models.CompositePrimaryKey("dependency_id", "dependent_id", "position")
+    dependency_id = models.CharField(max_length=40)
+    dependent_id = models.CharField(max_length=40)
+    position = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.dependent_id} waits for {self.dependency_id}"
 
 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo

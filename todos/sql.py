@@ -21,10 +21,6 @@ from todos import states as S
 # Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
 # Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
 CLAIM_ORDER = S.claim_order_sql()
-# create: a run_at in the future makes a scheduled todo; otherwise pending. %(run_at)s is the caller's
-# run_at, or NULL for now() + %(delay)s seconds (NULL: none).
-_RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => COALESCE(%(delay)s::double precision, 0)))"
-_CREATED_STATE = f"CASE WHEN {_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END"
 # A scheduled create wakes the long-polls of its queue only when it falls due within the longest wait
 # (todos/api/serializers.py MAX_WAIT_SECONDS): a waiter then re-reads its next wake time
 # (todos/selectors.py seconds_until_claimable) and wakes at run_at. Later ones are found by the waits
@@ -38,7 +34,7 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
-    progress, checkpoint, traceparent, fair_key"""
+    progress, checkpoint, traceparent, fair_key, depends_on, dependencies_left, on_dependency_failure, has_dependents"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -60,6 +56,20 @@ _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
 # delivered when the transaction commits, so a woken claimer sees the row, and PostgreSQL
 # folds identical (channel, payload) pairs of one transaction into one.
 NOTIFY_CHANNEL = "switchboard_todos"
+
+
+# What a finishing row hands its dependents: NULL while it can still run (retry-waiting included).
+_OUTCOME = f"""CASE WHEN {S.DONE.sql()} THEN 'done' WHEN {S.CANCELLED.sql()} THEN 'cancelled'
+    WHEN {S.DEAD_LETTER.sql()} THEN 'dead-letter' END"""
+
+# Part of a statement whose CTE ``changed`` returns _TODO_COLUMNS: settles the dependents of the rows it
+# finished. has_dependents is read from the row as updated (the latest version: set by a create that held
+# the lock this statement waited for), so a todo nobody depends on costs no call and no edge lookup.
+_SETTLED = f"""settled AS MATERIALIZED (
+    SELECT todos_settle_dependents(array_agg(id), array_agg({_OUTCOME})) FROM changed
+    WHERE has_dependents AND ({_OUTCOME}) IS NOT NULL
+    HAVING count(*) > 0
+)"""
 
 
 def _notifying(changed: str, when: str = "true") -> str:
@@ -126,7 +136,11 @@ def _finishing(changed: str, *, finished: str, notify_when: str = "false", befor
     or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
     waiter's row is found by id, and its latest version is what the CASEs read (its state, its list):
     siblings finishing concurrently take its lock in turn and each takes itself off the last list. Most todos
-    have no awaited_by: the hook then costs nothing but an empty unnest."""
+    have no awaited_by: the hook then costs nothing but an empty unnest.
+
+    It also settles the dependents of the todos it finished (_SETTLED: dependencies made at create, whose
+    dependent rows may be newer than this statement's snapshot); ``changed`` then returns state,
+    next_retry_at and has_dependents too."""
     return f"""
 WITH {before}changed AS ({changed}),
 woken AS (
@@ -142,6 +156,7 @@ woken AS (
     WHERE p.id = f.waiter AND p.id NOT IN (SELECT id FROM changed)
     RETURNING p.queue, p.state
 ),
+{_SETTLED},
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
     FROM (SELECT queue, count(*) AS n FROM (
@@ -150,34 +165,128 @@ notified AS MATERIALIZED (
     ) q GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+    CROSS JOIN (SELECT count(*) FROM settled) s
 """
 
 
-# create: -> pending, or -> scheduled when run_at is in the future. A row comes back only if it was
-# inserted; none means a runnable todo with the same (queue, idempotency_key) exists (read it with
-# RUNNABLE_BY_KEY). The queue's name is registered by the todo table's trigger (migration 0009), in the
-# same statement, whatever path writes the row.
-CREATE = f"""
+# create (one todo or a batch of up to 1,000, todos/queue.py create_many): each item -> pending, -> scheduled
+# when its run_at is in the future, or -> waiting when it names dependencies (LINK and SETTLE below then
+# settle those already finished). One INSERT ... SELECT FROM unnest(one array per column), not a statement
+# per item. A row comes back only for the items inserted; a missing one means a runnable todo with the same
+# (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
+# RUNNABLE_BY_KEYS). Guard: the unique index todo_runnable_idempotency_key (ON CONFLICT, first item wins);
+# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migration 0009), in
+# the same statement, whatever path writes the row. Notifies the queues of what is claimable now or soon.
+# An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
+_ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
+CREATE_MANY = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, traceparent, fair_key)
-VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
-    %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s,
-    %(traceparent)s, %(fair_key)s)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
+    depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for, traceparent, fair_key)
+SELECT i.id, i.queue, i.source, i.kind, i.title, i.payload, i.event_id, i.idempotency_key, i.assignee,
+    CASE WHEN i.dependency_count > 0 THEN '{S.TodoState.WAITING}'
+         WHEN {_ITEM_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END,
+    0, i.max_attempts, '[]'::jsonb, now(), now(), {_ITEM_RUN_AT}, i.priority,
+    CASE WHEN i.waiting_for IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(i.waiting_for -> 'todos')) END,
+    i.dependency_count, i.on_dependency_failure,
+    i.has_dependents, i.waiting_for, i.traceparent, i.fair_key
+FROM unnest(%(ids)s::text[], %(queues)s::text[], %(sources)s::text[], %(kinds)s::text[], %(titles)s::text[],
+    %(payloads)s::jsonb[], %(event_ids)s::text[], %(keys)s::text[], %(assignees)s::text[], %(max_attempts)s::integer[],
+    %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(priorities)s::smallint[],
+    %(dependency_counts)s::integer[], %(policies)s::text[], %(targets)s::boolean[], %(waiting_fors)s::jsonb[],
+    %(traceparents)s::text[], %(fair_keys)s::text[])
+    WITH ORDINALITY AS i(id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, max_attempts,
+        run_at, delay, priority, dependency_count, on_dependency_failure, has_dependents, waiting_for,
+        traceparent, fair_key, ord)
+ORDER BY i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
 notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
-    WHERE {S.PENDING.sql()} OR run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS})
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM inserted
+          WHERE {S.PENDING.sql()} OR ({S.SCHEDULED.sql()}
+              AND run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS}))
+          GROUP BY queue) q
 )
 SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
-RUNNABLE_BY_KEY = f"""
+# The items of a batch that did not insert: the runnable todos holding their keys.
+RUNNABLE_BY_KEYS = f"""
 SELECT {_TODO_COLUMNS} FROM todos_todo
-WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND {_RUNNABLE_KEY}
+WHERE (queue, idempotency_key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+  AND {_RUNNABLE_KEY}
 """
+
+# --- Dependencies (issue 20) -------------------------------------------------------------------------
+# A dependent waits (state waiting, dependencies_left > 0) for the todos it names; an edge (todos_dependency)
+# records each. Whatever statement finishes a todo (complete, fail at the cap, the reaper at the cap, cancel,
+# discard) settles its dependents in the same statement (_SETTLED, in _finishing), through the VOLATILE function
+# todos_settle_dependents (migration 0017): done counts a dependency off; a dead-letter or a cancel applies
+# the dependent's on_dependency_failure (cancel, or count it off); the last one moves it to pending (or
+# scheduled, its run_at ahead), with a NOTIFY. A dependent cancelled that way settles its own dependents in
+# the same call. Why a function: its statements take fresh snapshots. A create that links a dependency
+# locks that row (LINK); a statement finishing it meanwhile waits for the lock, and its own snapshot,
+# taken before the wait, would miss the new edges and dependent; the function's does not.
+
+
+# link (create, for the items that name dependencies): the edges, and has_dependents on each dependency.
+# Guard: each dependency is visible to the creator (the ids that do not come back are refused: 404, and
+# the transaction rolls back); lock: each dependency row FOR NO KEY UPDATE, in id order (two creates naming
+# the same todos cannot deadlock), held to commit, so a statement finishing one of them either finished
+# it before (it comes back finished here, and SETTLE settles the new edges) or waits, then sees the flag
+# and the committed edges (todos_settle_dependents); index: the primary key. A flag already set is not
+# written again. Returns each dependency found, with its outcome (NULL: not finished).
+LINK = f"""
+WITH edges AS (
+    SELECT * FROM unnest(%(dependents)s::text[], %(positions)s::integer[], %(dependencies)s::text[])
+        AS e(dependent_id, position, dependency_id)
+),
+locked AS MATERIALIZED (
+    SELECT t.id, t.has_dependents, {_OUTCOME} AS outcome FROM todos_todo t
+    WHERE t.id IN (SELECT dependency_id FROM edges) AND t.queue LIKE ANY(%(visible)s::text[])
+    ORDER BY t.id
+    FOR NO KEY UPDATE OF t
+),
+flagged AS (
+    UPDATE todos_todo t SET has_dependents = true FROM locked WHERE t.id = locked.id AND NOT locked.has_dependents
+),
+linked AS (
+    INSERT INTO todos_dependency (dependency_id, dependent_id, position)
+    SELECT dependency_id, dependent_id, position FROM edges WHERE dependency_id IN (SELECT id FROM locked)
+)
+SELECT id, outcome FROM locked
+"""
+
+# settle (create): the dependencies LINK found finished already, settled at once for the new edges.
+SETTLE = "SELECT todos_settle_dependents(%(ids)s::text[], %(outcomes)s::text[])"
+
+# The todos just created, as they are after SETTLE moved some of them on.
+TODOS_BY_ID = f"SELECT {_TODO_COLUMNS} FROM todos_todo WHERE id = ANY(%(ids)s::text[])"
+
+# repoint (create, rare): an item of a batch named by another's depends_on_index turned out to be an
+# existing todo (idempotency); the dependents' waiting_for names that todo instead. Own rows, just inserted.
+REPOINT = """
+UPDATE todos_todo t
+SET waiting_for = v.waiting_for, depends_on = ARRAY(SELECT jsonb_array_elements_text(v.waiting_for -> 'todos'))
+FROM unnest(%(ids)s::text[], %(waiting_fors)s::jsonb[]) AS v(id, waiting_for)
+WHERE t.id = v.id
+RETURNING t.id
+"""
+
+# A todo's dependencies for its JSON (todos/api/serializers.py): the first %(limit)s of its depends_on, each
+# with its state and its result's size (the JSON's budget), in order. Index: the todos' primary key. A
+# dependency retention removed comes back with a NULL state.
+DEPENDENCIES_OF = f"""
+SELECT p.id, d.id, t.state, {S.DEAD_LETTER.sql("t")}, t.result, octet_length(t.result::text)
+FROM todos_todo p CROSS JOIN LATERAL unnest(p.depends_on[1:%(limit)s]) WITH ORDINALITY AS d(id, ord)
+LEFT JOIN todos_todo t ON t.id = d.id
+WHERE p.id = ANY(%(ids)s::text[])
+ORDER BY p.id, d.ord
+"""
+
 
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
@@ -655,8 +764,8 @@ WHERE t.id = %(id)s AND {S.DEAD_LETTER.sql("t")} AND t.queue LIKE ANY(%(visible)
 RETURNING {_TODO_COLUMNS}
 """)
 
-# requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it.
-# Notifies the queues of the requeued ones.
+# requeue_lapsed (reaper): a batch of lapsed leases -> pending below the cap, dead-letter at it (which
+# settles its dependents). Notifies the queues of the requeued ones.
 # SKIP LOCKED lets several reapers (and claimers) share the work without waiting or double-handling.
 REQUEUE_LAPSED = _finishing(
     f"""
@@ -674,7 +783,7 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state, t.awaited_by
+RETURNING t.id, t.queue, t.state, t.awaited_by, t.next_retry_at, t.has_dependents
 """,
     finished="c.state = 'failed'",
     notify_when=S.PENDING.sql(),
@@ -1271,7 +1380,7 @@ TIME_OUT_WAITS = _finishing(
         updated_at = now()
     FROM closed
     WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
-    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by""",
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by, t.has_dependents""",
     finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
     notify_when=S.PENDING.sql(),
     before="""due AS MATERIALIZED (

@@ -49,6 +49,8 @@ class ModelTodo:
     lease: str | None = None  # the current receipt
     errors: int = 0
     fair_key: str = ""
+    deps_left: int = 0  # waiting on dependencies made at create: how many are not settled yet
+    policy: str = "cancel"  # on_dependency_failure
     # waiting only (issue 20): what for ("token" or "todos"), the awaited todos not finished yet, what a
     # timeout does, and whether the test has made its timeout pass.
     waits: str | None = None
@@ -85,6 +87,8 @@ class QueueModel:
     fair: set[str] = field(default_factory=set)
     passes: dict[tuple[str, str], float] = field(default_factory=dict)
     rounds: dict[str, float] = field(default_factory=dict)
+    # Open dependency edges: a dependency's id -> the dependents still waiting on it (one entry per edge).
+    dep_waits: dict[str, list[str]] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)  # a token wait's token -> its todo (latest wait only)
 
     def tick(self) -> int:
@@ -144,6 +148,40 @@ class QueueModel:
             t.run_order = 10**9 + seq  # far ahead: later than anything until it is made due
         self.todos[todo_id] = t
         return t, True
+
+    def create_depending(
+        self, todo_id: str, queue: str, key: str | None, depends_on: list[str], policy: str
+    ) -> tuple[ModelTodo, bool]:
+        """create with depends_on: waiting on each dependency (a duplicate counts once), which the ones
+        already finished settle at once; an existing runnable holder of the key is returned instead."""
+        holder = self.key_holder(queue, key)
+        if holder is not None:
+            self.queues.add(queue)
+            return holder, False
+        t, _ = self.create(todo_id, queue, key, None, 2)
+        deps = list(dict.fromkeys(depends_on))
+        t.state, t.deps_left, t.policy = "waiting", len(deps), policy
+        for dep in deps:
+            self.dep_waits.setdefault(dep, []).append(t.id)
+        for dep in deps:
+            if self.todos[dep].finished:
+                self.settle(self.todos[dep])
+        return t, True
+
+    def settle(self, t: ModelTodo) -> None:
+        """What the statement that finished ``t`` does to its dependents (made at create): each waiting one
+        counts it off; if it is dead or cancelled, one whose policy is cancel is cancelled (and finishes in
+        turn); the last one makes it pending. Each edge settles once."""
+        for dependent_id in self.dep_waits.pop(t.id, []):
+            d = self.todos[dependent_id]
+            if d.state != "waiting" or d.deps_left <= 0:
+                continue
+            d.deps_left -= 1
+            if t.state != "done" and d.policy == "cancel":
+                d.state, d.errors = "cancelled", d.errors + 1
+                self.finished(d)
+            elif d.deps_left == 0:
+                d.state = "pending"
 
     def choose_next(self, agent: ModelAgent, wanted: list[str] | None, limit: int) -> list[ModelTodo]:
         """Which todos claim_next takes: per queue the first pending in claim order (priority, then
@@ -369,6 +407,7 @@ class QueueModel:
                 w.left.discard(t.id)
                 if not w.left:
                     self._resolve(w)
+        self.settle(t)
 
     def _resolve(self, t: ModelTodo) -> None:
         t.state, t.waits, t.left, t.timeout_due, t.errors = "pending", None, set(), False, t.errors + 1
@@ -404,7 +443,8 @@ class QueueModel:
 
     def resolve(self, todo_id: str, agent: ModelAgent | None) -> Outcome:
         t = self.todos.get(todo_id)
-        if t is None or (agent is not None and not agent.sees(t.queue)) or t.state != "waiting":
+        # A todo waiting on the dependencies it was created with has no wait to resolve: a conflict.
+        if t is None or (agent is not None and not agent.sees(t.queue)) or t.state != "waiting" or t.waits is None:
             return self._miss(t, agent)
         self._resolve(t)
         return OK, t

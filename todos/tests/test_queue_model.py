@@ -66,7 +66,10 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         # Each example starts from empty tables (the test is transaction=True: rows really commit).
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_waitpoint, todos_fairkey CASCADE")
+            cursor.execute(
+                "TRUNCATE todos_todo, todos_queue, todos_agent, todos_waitpoint, todos_fairkey, todos_dependency"
+                " CASCADE"
+            )
             cursor.execute("INSERT INTO todos_queue (name, fair) VALUES (%s, true)", [FAIR_QUEUE])
         self.model = QueueModel(fair={FAIR_QUEUE})
         self.spent: list[tuple[str, str, str]] = []
@@ -118,6 +121,27 @@ class QueueMachine(RuleBasedStateMachine):
             todo.id, queue_name, key, assignee, max_attempts, priority, scheduled, fair_key
         )
         self.check("created", str(created), str(expected_created))
+        assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
+        return todo.id
+
+    @rule(
+        target=todos,
+        queue_name=st.sampled_from(QUEUES),
+        key=st.sampled_from(KEYS),
+        depends_on=st.lists(todos, min_size=1, max_size=3),
+        policy=st.sampled_from(["cancel", "run"]),
+    )
+    def create_depending(self, queue_name: str, key: str | None, depends_on: list[str], policy: str) -> str:
+        todo, created = queue.create(
+            queue=queue_name,
+            idempotency_key=key,
+            max_attempts=2,
+            title="m",
+            depends_on=depends_on,
+            on_dependency_failure=policy,
+        )
+        expected, expected_created = self.model.create_depending(todo.id, queue_name, key, depends_on, policy)
+        self.check("created depending", str(created), str(expected_created))
         assert todo.id == expected.id, "create returned another todo than the key's runnable holder"
         return todo.id
 
@@ -280,13 +304,15 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             self._cancel(todo_id, False)
 
-    @precondition(lambda self: any(t.state == "waiting" and not t.timeout_due for t in self.model.todos.values()))
+    @precondition(
+        lambda self: any(t.state == "waiting" and t.waits and not t.timeout_due for t in self.model.todos.values())
+    )
     @rule(data=st.data())
     def make_a_wait_time_out(self, data: st.DataObject) -> None:
         waiting = [
             t.id
             for t in sorted(self.model.todos.values(), key=lambda t: t.seq)
-            if t.state == "waiting" and not t.timeout_due
+            if t.state == "waiting" and t.waits and not t.timeout_due  # a dependency waiter has no timeout
         ]
         todo_id = data.draw(st.sampled_from(waiting), label="timing out")
         Waitpoint.objects.filter(todo_id=todo_id).update(timeout_at=Now() - timedelta(seconds=1))
