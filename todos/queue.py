@@ -10,20 +10,29 @@ the cursor and row plumbing is in todos/rows.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from todos import selectors, sql, states, tracing, waitpoints
-from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, QueueError, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import Agent, Todo, TodoState, glob_to_like, hash_token, new_todo_id, validate_queue_name
+from todos.models import (
+    MAX_FAIR_KEY_CHARS,
+    QUEUE_NAME_RE,
+    Agent,
+    OnDependencyFailure,
+    Todo,
+    TodoState,
+    glob_to_like,
+    hash_token,
+    new_todo_id,
+)
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
@@ -32,6 +41,7 @@ logger = logging.getLogger(__name__)
 JSON = Any
 ALL_QUEUES = ["%"]
 MAX_CLAIM_BATCH = 100
+MAX_CREATE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,27 @@ def _miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None =
     return TodoConflict(f"Cannot {action} {todo_id} while it is {state}.", state=state, dead_letter=dead)
 
 
+CREATE_FIELDS = (
+    "queue",
+    "kind",
+    "title",
+    "payload",
+    "source",
+    "idempotency_key",
+    "assignee",
+    "max_attempts",
+    "event_id",
+    "run_at",
+    "delay_seconds",
+    "priority",
+    "fair_key",
+    "traceparent",
+    "depends_on",
+    "depends_on_index",
+    "on_dependency_failure",
+)
+
+
 @counted("create", lambda result: "ok" if result[1] else "duplicate")
 def create(
     *,
@@ -130,55 +161,237 @@ def create(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     priority: int = 0,
+    fair_key: str = "",
     traceparent: str | None = None,
+    depends_on: Sequence[str] = (),
+    on_dependency_failure: str = OnDependencyFailure.CANCEL,
 ) -> tuple[Todo, bool]:
-    """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
-    Idempotent: if a runnable todo (scheduled ones included) holds (queue, idempotency_key), return it and
-    False. ``priority`` orders claims, lower first.
+    """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
+    or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
+    runnable todo (scheduled and waiting ones included) holds (queue, idempotency_key), return it and False.
+    ``priority`` orders claims, lower first. ``on_dependency_failure``: what a dependency that dead-letters
+    or is cancelled does to this todo: ``cancel`` it (its history names the dependency), or ``run`` it anyway.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql.py, CLAIM_NEXT).
     """
-    if not isinstance(queue, str):
-        raise InvalidTransitionInput("queue must be a string.", field="queue")
-    try:
-        validate_queue_name(queue)
-    except ValidationError as exc:  # reported in the queue's own error type
-        raise InvalidTransitionInput(exc.messages[0], field="queue") from exc
-    if agent is not None and not agent.may_create_in(queue):
-        raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
-    _check_priority(priority)
-    if run_at is not None and delay_seconds is not None:
-        raise InvalidTransitionInput("Give run_at or delay_seconds, not both.", field="run_at")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidTransitionInput("run_at needs a time zone offset (RFC 3339).", field="run_at")
-    if delay_seconds is not None and not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
-        raise InvalidTransitionInput(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="delay_seconds")
-    params = {
-        "id": new_todo_id(),
+    item = {
         "queue": queue,
-        "source": source,
         "kind": kind,
         "title": title,
-        "payload": Jsonb(payload if payload is not None else {}),
-        "event_id": event_id,
+        "payload": payload,
+        "source": source,
         "idempotency_key": idempotency_key,
         "assignee": assignee,
-        "max_attempts": max_attempts or settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
+        "max_attempts": max_attempts,
+        "event_id": event_id,
         "run_at": run_at,
-        "delay": delay_seconds,
+        "delay_seconds": delay_seconds,
         "priority": priority,
+        "fair_key": fair_key,
         "traceparent": traceparent,
+        "depends_on": depends_on,
+        "on_dependency_failure": on_dependency_failure,
     }
-    with tracing.creating(traceparent, queue) as params["traceparent"]:
-        # The holder of the key may finish between our conflicting INSERT and the read; then insert again.
-        for _ in range(5):
-            inserted = fetch_todos(sql.CREATE, params)
-            if inserted:
-                return inserted[0], True
-            existing = fetch_todos(sql.RUNNABLE_BY_KEY, params)
-            if existing:
-                return existing[0], False
-    raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+    return _create_many([item], agent, batch=False)[0]
+
+
+def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None) -> list[tuple[Todo, bool]]:
+    """create for a batch (up to MAX_CREATE_BATCH items, each a dict of create's arguments, plus
+    ``depends_on_index``: earlier items of the batch it depends on), all or nothing: one (todo, created) per
+    item, in order, or an error naming the item (``todos.<index>.<field>``) and nothing written."""
+    try:
+        outcomes = _create_many(items, agent, batch=True)
+    except QueueError as exc:
+        TRANSITIONS.labels(verb="create", outcome=exc.code).inc()
+        raise
+    # Each item counts as one create, as if it had been its own call.
+    made = sum(1 for _, created in outcomes if created)
+    if made:
+        TRANSITIONS.labels(verb="create", outcome="ok").inc(made)
+    if len(outcomes) > made:
+        TRANSITIONS.labels(verb="create", outcome="duplicate").inc(len(outcomes) - made)
+    return outcomes
+
+
+def _invalid(detail: str, field: str, index: int | None) -> InvalidTransitionInput:
+    if index is None:
+        return InvalidTransitionInput(detail, field=field)
+    return InvalidTransitionInput(f"Item {index}: {detail}", field=f"todos.{index}.{field}", index=index)
+
+
+def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None) -> None:
+    """What create refuses whoever calls it (the API's serializers bound the rest)."""
+    if unknown := sorted(set(item) - set(CREATE_FIELDS)):
+        raise _invalid("Unknown field.", unknown[0], index)
+    queue = item.get("queue")
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        raise _invalid(
+            "Queue names are 1-200 characters of letters, digits and . _ : / -, starting with a letter or digit.",
+            "queue",
+            index,
+        )
+    if agent is not None and not agent.may_create_in(queue):
+        raise _invalid(f"Queue {queue!r} is not in this agent's create scopes.", "queue", index)
+    priority = item.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise _invalid(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX} (lower runs first).", "priority", index
+        )
+    fair_key = item.get("fair_key", "")
+    if not isinstance(fair_key, str) or len(fair_key) > MAX_FAIR_KEY_CHARS or "\x00" in fair_key:
+        raise _invalid(f"fair_key must be text of at most {MAX_FAIR_KEY_CHARS} characters.", "fair_key", index)
+    run_at, delay = item.get("run_at"), item.get("delay_seconds")
+    if run_at is not None and delay is not None:
+        raise _invalid("Give run_at or delay_seconds, not both.", "run_at", index)
+    if run_at is not None and run_at.tzinfo is None:
+        raise _invalid("run_at needs a time zone offset (RFC 3339).", "run_at", index)
+    if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
+        raise _invalid(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", "delay_seconds", index)
+    if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in OnDependencyFailure.values:
+        raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
+    earlier = item.get("depends_on_index") or ()
+    if earlier and (
+        index is None or any(isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < index for j in earlier)
+    ):
+        raise _invalid(
+            "depends_on_index names earlier items of the same batch (0 to this item's index - 1).",
+            "depends_on_index",
+            index,
+        )
+
+
+def _create_many(items: Sequence[Mapping[str, Any]], agent: Agent | None, *, batch: bool) -> list[tuple[Todo, bool]]:
+    if not items:
+        return []
+    if len(items) > MAX_CREATE_BATCH:
+        raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
+    for index, item in enumerate(items):
+        _check_item(item, agent, index if batch else None)
+    ids = [new_todo_id() for _ in items]
+    # Each item's dependencies, in the order given (duplicates dropped): ids, then earlier items (by the id
+    # generated for them: an item that turns out to exist already is repointed below).
+    wanted = [
+        list(dict.fromkeys([*(item.get("depends_on") or ()), *(ids[j] for j in item.get("depends_on_index") or ())]))
+        for item in items
+    ]
+    targets = {j for item in items for j in item.get("depends_on_index") or ()}
+    params: dict[str, list[Any]] = {
+        "ids": ids,
+        "queues": [i["queue"] for i in items],
+        "sources": [i.get("source") or "" for i in items],
+        "kinds": [i.get("kind") or "" for i in items],
+        "titles": [i.get("title") or "" for i in items],
+        "payloads": [Jsonb(i["payload"] if i.get("payload") is not None else {}) for i in items],
+        "event_ids": [i.get("event_id") for i in items],
+        "keys": [i.get("idempotency_key") for i in items],
+        "assignees": [i.get("assignee") for i in items],
+        "max_attempts": [i.get("max_attempts") or settings.QUEUE_DEFAULT_MAX_ATTEMPTS for i in items],
+        "run_ats": [i.get("run_at") for i in items],
+        "delays": [i.get("delay_seconds") for i in items],
+        "priorities": [i.get("priority", 0) for i in items],
+        "dependency_counts": [len(w) for w in wanted],
+        "policies": [i.get("on_dependency_failure") or OnDependencyFailure.CANCEL for i in items],
+        "targets": [n in targets for n in range(len(items))],
+        "waiting_fors": [Jsonb({"todos": w}) if w else None for w in wanted],
+        "fair_keys": [i.get("fair_key") or "" for i in items],
+    }
+    with tracing.creating_many([(i.get("traceparent"), i["queue"]) for i in items]) as params["traceparents"]:
+        if not any(wanted) and len(items) == 1:
+            return [_insert(params, items)[0]]  # one statement (and its rare retries): no transaction needed
+        with transaction.atomic():
+            outcomes = _insert(params, items)
+            if any(wanted):
+                outcomes = _link(outcomes, ids, wanted, items, agent, batch)
+            return outcomes
+
+
+def _insert(params: dict[str, list[Any]], items: Sequence[Mapping[str, Any]]) -> list[tuple[Todo, bool]]:
+    """CREATE_MANY, then the holders of the keys of the items that did not insert. The holder of a key may
+    finish between our conflicting INSERT and the read; those items are inserted again."""
+    outcomes: dict[int, tuple[Todo, bool]] = {}
+    todo_at: Sequence[int] = range(len(items))
+    for _ in range(5):
+        wanted = {params["ids"][n]: n for n in todo_at}
+        run = {k: [v[n] for n in todo_at] for k, v in params.items()}
+        for todo in fetch_todos(sql.CREATE_MANY, run):
+            outcomes[wanted.pop(todo.id)] = (todo, True)
+        if not wanted:
+            break
+        rest = list(wanted.values())
+        holders = {
+            (t.queue, t.idempotency_key): t
+            for t in fetch_todos(
+                sql.RUNNABLE_BY_KEYS,
+                {"queues": [params["queues"][n] for n in rest], "keys": [params["keys"][n] for n in rest]},
+            )
+        }
+        for n in rest:
+            if (holder := holders.get((params["queues"][n], params["keys"][n]))) is not None:
+                outcomes[n] = (holder, False)
+        todo_at = [n for n in rest if n not in outcomes]
+        if not todo_at:
+            break
+    else:
+        raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+    if len(outcomes) < len(items):
+        raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+    return [outcomes[n] for n in range(len(items))]
+
+
+def _link(
+    outcomes: list[tuple[Todo, bool]],
+    ids: list[str],
+    wanted: list[list[str]],
+    items: Sequence[Mapping[str, Any]],
+    agent: Agent | None,
+    batch: bool,
+) -> list[tuple[Todo, bool]]:
+    """The edges of the items inserted with dependencies (LINK), then SETTLE for those already finished."""
+    actual = {ids[n]: todo.id for n, (todo, _) in enumerate(outcomes)}  # an existing todo stands for its item
+    dependents, positions, dependencies, repointed = [], [], [], []
+    for n, (todo, created) in enumerate(outcomes):
+        if not created or not wanted[n]:
+            continue
+        resolved = [actual.get(d, d) for d in wanted[n]]
+        if resolved != wanted[n]:
+            repointed.append((todo.id, resolved))
+        for position, dependency in enumerate(resolved):
+            dependents.append(todo.id)
+            positions.append(position)
+            dependencies.append(dependency)
+    if not dependents:
+        return outcomes
+    if repointed:
+        fetchall(
+            sql.REPOINT,
+            {"ids": [i for i, _ in repointed], "waiting_fors": [Jsonb({"todos": r}) for _, r in repointed]},
+        )
+    found = dict(
+        fetchall(
+            sql.LINK,
+            {
+                "dependents": dependents,
+                "positions": positions,
+                "dependencies": dependencies,
+                "visible": _visible(agent),
+            },
+        )
+    )
+    for n, (_, created) in enumerate(outcomes):
+        for given in items[n].get("depends_on") or () if created else ():
+            if given not in found:
+                where = f"todos.{n}.depends_on" if batch else "depends_on"
+                raise TodoNotFound(f"No todo {given}.", fields={where: [f"No todo {given}."]})
+    finished = [(i, outcome) for i, outcome in found.items() if outcome is not None]
+    if finished:
+        fetchall(sql.SETTLE, {"ids": [i for i, _ in finished], "outcomes": [o for _, o in finished]})
+    elif not repointed:
+        return outcomes
+    # Settling moved some of the new todos on (pending, scheduled, cancelled), or they were repointed:
+    # answer with them as they are.
+    fresh = {t.id: t for t in fetch_todos(sql.TODOS_BY_ID, {"ids": [t.id for t, created in outcomes if created]})}
+    return [(fresh.get(todo.id, todo), created) for todo, created in outcomes]
 
 
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
@@ -213,6 +426,7 @@ def claim_next(
     )
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
+    selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim
     selectors.show_awaited(todos)
     return todos
 
@@ -234,6 +448,7 @@ def claim(todo_id: str, *, agent: Agent, lease_seconds: float | None = None, wor
     )
     if rows:
         count_lapsed_claims(rows)
+        selectors.attach_dependencies(rows)
         selectors.show_awaited(rows)
         return rows[0]
     raise _miss(todo_id, agent, "claim")
@@ -361,7 +576,7 @@ def retry_dead_letter(todo_id: str, *, mode: str, operator: str, note: str = "",
 
 def requeue_lapsed(*, batch: int) -> LapseResult:
     """One batch of lapsed leases: -> pending below the cap, -> dead-letter at it."""
-    swept = [state for _, _, state, _ in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]
+    swept = [row[2] for row in fetchall(sql.REQUEUE_LAPSED, {"batch": batch})]  # (id, queue, state, ...)
     dead = swept.count(states.TodoState.FAILED)
     if swept:
         LEASE_LAPSES.labels(detected_by="reaper", outcome="requeued").inc(len(swept) - dead)

@@ -1,7 +1,7 @@
 """Reads that need one hand-written statement (todos/sql.py): the per-queue health counts that
-GET /api/v1/queues/, the admin dashboard and /metrics all report, and the moment a long-polling claim
-should wake up without a write. Both read only through the partial indexes of todos/models.py, never
-through done history."""
+GET /api/v1/queues/, the admin dashboard and /metrics all report, the moment a long-polling claim
+should wake up without a write, and a todo's dependencies for its JSON. The first two read only through
+the partial indexes of todos/models.py, never through done history."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from django.db import connection
 
 from todos import sql
 from todos.models import Agent, Todo, glob_to_like
+from todos.rows import fetchall
 
 ALL = ["%"]
 
@@ -67,6 +68,42 @@ def seconds_until_claimable(agent: Agent, queues: list[str] | None = None) -> fl
         cursor.execute(sql.SECONDS_UNTIL_CLAIMABLE, params)
         row = cursor.fetchone()
     return None if row is None or row[0] is None else float(row[0])
+
+
+# A todo's JSON lists at most this many of its dependencies (the API accepts at most this many), and
+# their results up to this many bytes of JSON together: a dependency past the budget shows
+# "result_truncated": true and no result (GET it for the whole). docs/api.md says so.
+DEPENDENCIES_LISTED = 100
+DEPENDENCY_RESULTS_MAX_BYTES = 64 * 1024
+
+
+def dependencies_of(todo_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each todo's dependencies in the order it named them: id, state (null once retention removed it),
+    dead_letter and result. One statement for all the todos."""
+    listed: dict[str, list[dict[str, Any]]] = {i: [] for i in todo_ids}
+    spent: dict[str, int] = dict.fromkeys(todo_ids, 0)
+    rows = fetchall(sql.DEPENDENCIES_OF, {"ids": todo_ids, "limit": DEPENDENCIES_LISTED})
+    for dependent, dependency, state, dead, result, size in rows:
+        # The connection hands jsonb back as text (Django decodes its JSONFields itself).
+        value = json.loads(result) if isinstance(result, str) else result
+        entry: dict[str, Any] = {"id": dependency, "state": state, "dead_letter": bool(dead), "result": value}
+        if size is not None and spent[dependent] + size > DEPENDENCY_RESULTS_MAX_BYTES:
+            entry["result"] = None
+            entry["result_truncated"] = True
+        elif size is not None:
+            spent[dependent] += size
+        listed[dependent].append(entry)
+    return listed
+
+
+def attach_dependencies(todos: list[Any]) -> None:
+    """Load the dependencies of the todos that have any, in one statement, onto ``todo.dependency_list``
+    (which the serializer renders): for answers rendered where no query may run (the async claim)."""
+    having = [t for t in todos if t.depends_on]
+    if having:
+        listed = dependencies_of([t.id for t in having])
+        for todo in having:
+            todo.dependency_list = listed[todo.id]
 
 
 MAX_SHOWN_RESULT_CHARS = 4_000

@@ -221,20 +221,29 @@ def _todos_of(result: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-def creating(traceparent: str | None, queue: str) -> Iterator[str | None]:
-    """Around a create: yields the traceparent to store. On, the create's span is a child of the one given
-    (or of the caller's current span: a delivery); a create with neither starts a trace, and stores it."""
+def creating_many(items: Sequence[tuple[str | None, str]]) -> Iterator[list[str | None]]:
+    """Around a create (one todo or a batch): yields the traceparent to store for each (traceparent, queue),
+    in order. On, each item's create span is a child of the one given (or of the caller's current span: a
+    delivery); an item with neither starts a trace, and stores it. Never a child of an earlier item's span:
+    a batch reads as its items' separate creates."""
     if not ENABLED:
-        yield traceparent
+        yield [traceparent for traceparent, _ in items]
         return
     assert _tracer is not None
-    parent = parse(traceparent)
-    context = _context(parent) if parent is not None else None
-    with _tracer.start_as_current_span(
-        "switchboard.create", context=context, attributes={"switchboard.queue": queue}
-    ) as span:
-        current = span.get_span_context()
-        yield traceparent if parent is not None else format_traceparent(current)
+    spans = []
+    try:
+        stored: list[str | None] = []
+        for traceparent, queue in items:
+            parent = parse(traceparent)
+            span = _tracer.start_span(
+                "switchboard.create", context=_context(parent), attributes={"switchboard.queue": queue}
+            )
+            spans.append(span)
+            stored.append(traceparent if parent is not None else format_traceparent(span.get_span_context()))
+        yield stored
+    finally:
+        for span in spans:
+            span.end()
 
 
 @contextlib.contextmanager

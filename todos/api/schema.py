@@ -82,6 +82,8 @@ _TODO: dict[str, Any] = {
     "updated_at": "2026-01-01T12:00:01Z",
     "claimed_at": "2026-01-01T12:00:01Z",
     "completed_at": None,
+    "on_dependency_failure": "cancel",
+    "dependencies": [],
     "waiting_for": None,
     "resolution": None,
 }
@@ -148,6 +150,31 @@ CREATE_EXAMPLES = [
     _res({**_PENDING, "created": True}, "created", 201),
     _res({**_PENDING, "created": False}, "existing", 200),
     _res({**_SCHEDULED, "created": True}, "scheduled", 201),
+]
+BATCH_CREATE_EXAMPLES = [
+    _req(
+        {
+            "todos": [
+                {"queue": "github.checks", "kind": "lint", "payload": {"pr": 42}, "idempotency_key": "pr-42-lint"},
+                {"queue": "github.checks", "kind": "test", "payload": {"pr": 42}, "idempotency_key": "pr-42-test"},
+                {
+                    "queue": "github.pulls",
+                    "kind": "merge",
+                    "depends_on_index": [0, 1],
+                    "idempotency_key": "pr-42-merge",
+                },
+            ]
+        }
+    ),
+    _res(
+        {
+            "outcomes": [
+                {"status": 201, "id": "td_0c1d2e3f405162738495a6b7c8d9e0f1", "state": "pending"},
+                {"status": 200, "id": _TODO["id"], "state": "claimed"},
+                {"status": 201, "id": "td_9a8b7c6d5e4f30211203948576a0b1c2", "state": "waiting"},
+            ]
+        }
+    ),
 ]
 PATCH_EXAMPLES = [_req({"priority": -50}), _res({**_PENDING, "priority": -50})]
 RUN_NOW_EXAMPLES = [_res({**_PENDING, "run_at": "2026-01-01T12:00:07Z"})]

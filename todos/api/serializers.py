@@ -17,19 +17,23 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from todos import tracing
-from todos.errors import PayloadTooLarge
+from todos.errors import InvalidTransitionInput, PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
+    MAX_FAIR_KEY_CHARS,
     MAX_QUEUE_LIMIT,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    QUEUE_NAME_RE,
     SCOPE_RE,
+    OnDependencyFailure,
     Schedule,
     Todo,
     TodoState,
     validate_queue_name,
     validate_scope,
 )
+from todos.selectors import DEPENDENCIES_LISTED, DEPENDENCY_RESULTS_MAX_BYTES, dependencies_of
 
 MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0
@@ -40,6 +44,8 @@ MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
 MAX_PROGRESS_MESSAGE_CHARS = 500
 MAX_CHECKPOINT_BYTES = 64 * 1024
+MAX_CREATE_BATCH = 1000
+MAX_DEPENDENCIES = 100
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 
@@ -128,8 +134,23 @@ def _iso(value: datetime | None) -> str | None:
 # --- output -----------------------------------------------------------------------------------
 
 
+class DependencySerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    state = serializers.CharField(allow_null=True, help_text="null: retention removed it")
+    dead_letter = serializers.BooleanField()
+    result = serializers.JSONField(allow_null=True)
+    result_truncated = serializers.BooleanField(
+        required=False, help_text=f"past the {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB of results listed: GET it"
+    )
+
+
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
+    dependencies = serializers.SerializerMethodField(
+        help_text=f"The todos it depends on, in the order given (at most {DEPENDENCIES_LISTED}), each with its "
+        f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
+        "(result_truncated)."
+    )
     event = serializers.CharField(source="event_id", allow_null=True, read_only=True)
     # A field named like Serializer.errors: the metaclass takes declared fields off the class, so the
     # property is not shadowed at run time (the stub cannot know).
@@ -167,6 +188,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at",
             "run_at",
             "priority",
+            "fair_key",
             "result",
             "errors",
             "progress",
@@ -176,6 +198,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "updated_at",
             "claimed_at",
             "completed_at",
+            "on_dependency_failure",
+            "dependencies",
             "waiting_for",
             "resolution",
         ]
@@ -183,6 +207,14 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
 
     def get_dead_letter(self, todo: Todo) -> bool:
         return todo.is_dead_letter
+
+    @extend_schema_field(DependencySerializer(many=True))
+    def get_dependencies(self, todo: Todo) -> list[dict[str, Any]]:
+        # A query only for a todo created with dependencies (most have none), unless its claim loaded them.
+        if not todo.depends_on:
+            return []
+        loaded: list[dict[str, Any]] | None = getattr(todo, "dependency_list", None)
+        return loaded if loaded is not None else dependencies_of([todo.id])[todo.id]
 
     def to_representation(self, todo: Todo) -> dict[str, Any]:
         # The API's hottest path (every claim and completion renders todos): built directly, which is
@@ -208,6 +240,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at": _iso(todo.next_retry_at),
             "run_at": _iso(todo.run_at),
             "priority": todo.priority,
+            "fair_key": todo.fair_key,
             "result": todo.result,
             "errors": todo.errors,
             "progress": todo.progress,
@@ -217,6 +250,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "updated_at": _iso(todo.updated_at),
             "claimed_at": _iso(todo.claimed_at),
             "completed_at": _iso(todo.completed_at),
+            "on_dependency_failure": todo.on_dependency_failure,
+            "dependencies": self.get_dependencies(todo),
             "waiting_for": todo.waiting_for if todo.state == TodoState.WAITING else None,
             "resolution": todo.resolution,
         }
@@ -309,6 +344,9 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
     rate_per_second = serializers.FloatField(allow_null=True, help_text="claims a second; null: no limit")
     rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
+    fair = serializers.BooleanField(help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.DictField(child=serializers.FloatField(), help_text="key -> weight; default 1")
+    max_claimed_per_key = serializers.IntegerField(allow_null=True, help_text="live leases per key; null: no cap")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -420,7 +458,27 @@ class TodoCreateInput(StrictInput):
         help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
     )
     priority = PriorityField(default=0)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="On a fair queue, the tenant (repository, customer, user) whose share of claims this todo takes.",
+    )
     traceparent = TraceparentField(required=False, allow_null=True, default=None)
+    depends_on = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        max_length=MAX_DEPENDENCIES,
+        help_text=f"Ids of todos (at most {MAX_DEPENDENCIES}, each visible to you) that must finish first: until "
+        "then it is `waiting`. 404 naming an id you cannot see.",
+    )
+    on_dependency_failure = serializers.ChoiceField(
+        choices=OnDependencyFailure.choices,
+        required=False,
+        help_text="A dependency that dead-letters or is cancelled: `cancel` this todo too (default), or `run` it.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -439,6 +497,155 @@ class TodoAwaitInput(serializers.Serializer[Any]):
     )
 
 
+class BatchCreateItemInput(TodoCreateInput):
+    depends_on_index = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_CREATE_BATCH - 1),
+        required=False,
+        max_length=MAX_DEPENDENCIES,
+        help_text="Earlier items of this batch (by index) that must finish first.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if len(attrs.get("depends_on", ())) + len(attrs.get("depends_on_index", ())) > MAX_DEPENDENCIES:
+            raise serializers.ValidationError(
+                {"depends_on": [f"At most {MAX_DEPENDENCIES} dependencies, depends_on and depends_on_index together."]}
+            )
+        return attrs
+
+
+class BatchCreateInput(StrictInput):
+    todos = serializers.ListField(
+        child=serializers.DictField(), allow_empty=False, max_length=MAX_CREATE_BATCH, help_text="Each a create's body."
+    )
+
+
+# --- the batch's fast path ----------------------------------------------------------------------
+# DRF validates an item in about 0.1-0.2 ms, a batch of 1,000 in as long as the INSERT of it takes. Items
+# of the plain shape (strings that need no trimming, JSON integers, no run_at) are checked here directly,
+# by the same rules as BatchCreateItemInput's fields; anything else, and every item with an error, goes to
+# the serializer, which stays the authority (test_api_batch checks that both agree).
+# fair_key keeps its whitespace (trim_whitespace=False): one that has any goes to the serializer, as do
+# the rarer traceparent and run_at.
+_STRINGS = {"kind": 100, "title": 500, "source": 100, "fair_key": MAX_FAIR_KEY_CHARS}
+_NULLABLE_STRINGS = {"idempotency_key": 300, "assignee": 100}
+_CHAR_REFUSED = re.compile("[\x00\ud800-\udfff]")  # NUL and lone surrogates: CharField's validators
+_FAST_DEFAULTS: dict[str, Any] = {
+    "kind": "",
+    "title": "",
+    "source": "",
+    "idempotency_key": None,
+    "assignee": None,
+    "max_attempts": None,
+    "run_at": None,
+    "delay_seconds": None,
+    "priority": 0,
+    "fair_key": "",
+    "traceparent": None,
+}
+_FAST_FIELDS = {"queue", "payload", "depends_on", "depends_on_index", "on_dependency_failure", *_FAST_DEFAULTS}
+
+
+def _plain_string(value: Any, limit: int, *, blank: bool) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= limit
+        and (blank or value != "")
+        and value == value.strip()
+        and not _CHAR_REFUSED.search(value)
+    )
+
+
+def _plain_int(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _fast_item(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The item as BatchCreateItemInput would validate it, or None to let the serializer decide."""
+    if not raw.keys() <= _FAST_FIELDS or raw.get("run_at") is not None or raw.get("traceparent") is not None:
+        return None
+    queue = raw.get("queue")
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        return None
+    item = {**_FAST_DEFAULTS, **raw}
+    for name, limit in _STRINGS.items():
+        if not _plain_string(item[name], limit, blank=True):
+            return None
+    for name, limit in _NULLABLE_STRINGS.items():
+        if item[name] is not None and not _plain_string(item[name], limit, blank=False):
+            return None
+    if item["max_attempts"] is not None and not _plain_int(item["max_attempts"], 1, 100):
+        return None
+    if not _plain_int(item["priority"], PRIORITY_MIN, PRIORITY_MAX):
+        return None
+    delay = item["delay_seconds"]
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY_SECONDS:
+            return None
+        item["delay_seconds"] = float(delay)
+    payload = item.get("payload", {})
+    if (
+        payload is None
+        or _unstorable(payload)
+        or len(json.dumps(payload, ensure_ascii=False).encode()) > settings.MAX_PAYLOAD_BYTES
+    ):
+        return None
+    item["payload"] = payload
+    depends_on, earlier = raw.get("depends_on", []), raw.get("depends_on_index", [])
+    if not isinstance(depends_on, list) or not all(_plain_string(d, 40, blank=False) for d in depends_on):
+        return None
+    if not isinstance(earlier, list) or not all(_plain_int(j, 0, MAX_CREATE_BATCH - 1) for j in earlier):
+        return None
+    if len(depends_on) + len(earlier) > MAX_DEPENDENCIES:
+        return None
+    if "on_dependency_failure" in raw and raw["on_dependency_failure"] not in OnDependencyFailure.values:
+        return None
+    return item
+
+
+def valid_batch(data: Any) -> list[dict[str, Any]]:
+    """The items of a batch create, each validated as a create's body (plus depends_on_index); any invalid
+    item refuses the whole batch: 400 naming each bad item's fields as ``todos.<index>.<field>``."""
+    raw = data.get("todos") if isinstance(data, Mapping) and set(data) == {"todos"} else None
+    if isinstance(raw, list) and 0 < len(raw) <= MAX_CREATE_BATCH and all(isinstance(i, dict) for i in raw):
+        fast = [_fast_item(i) for i in raw]
+        if all(f is not None for f in fast):
+            return fast  # type: ignore[return-value]
+    outer = BatchCreateInput(data=data)
+    outer.is_valid(raise_exception=True)
+    items = BatchCreateItemInput(data=outer.validated_data["todos"], many=True)
+    if items.is_valid():
+        return [dict(item) for item in items.validated_data]
+    errors: dict[str, Any] = {}
+    # DRF keys a list's errors by index (a dict of the bad items), or lists them all (older releases).
+    raw = items.errors
+    by_index = dict(raw) if isinstance(raw, Mapping) else dict(enumerate(raw))
+    for index, item_errors in sorted(by_index.items()):
+        named = dict(item_errors) if isinstance(item_errors, Mapping) else {"non_field_errors": item_errors}
+        for field, messages in named.items():
+            errors[f"todos.{index}.{field}"] = messages
+    bad = sorted({int(k.split(".")[1]) for k in errors})
+    first = ", ".join(k.split(".", 2)[2] for k in errors if k.startswith(f"todos.{bad[0]}."))
+    more = f", and {len(bad) - 1} more" if len(bad) > 1 else ""
+    raise InvalidTransitionInput(f"Item {bad[0]} is invalid ({first}){more}; nothing was written.", fields=errors)
+
+
+class BatchCreateOutcomeSerializer(serializers.Serializer[Any]):
+    status = serializers.IntegerField(help_text="201 created, 200 existing (it held the idempotency key)")
+    id = serializers.CharField()
+    state = serializers.CharField()
+
+
+def batch_outcomes(outcomes: list[tuple[Todo, bool]]) -> list[dict[str, Any]]:
+    """A batch create's answer: per item its status, id and state, not the whole todo (a thousand todos'
+    JSON would cost more to build and send than the INSERT of them)."""
+    return [{"status": 201 if created else 200, "id": todo.id, "state": todo.state} for todo, created in outcomes]
+
+
+class BatchCreateResultSerializer(serializers.Serializer[Any]):
+    outcomes = BatchCreateOutcomeSerializer(many=True)
+
+
 class TodoPatchInput(StrictInput):
     priority = PriorityField()
 
@@ -448,6 +655,9 @@ class TodoListFilter(serializers.Serializer[Any]):
     state = serializers.ChoiceField(choices=TodoState.values, required=False)
     kind = serializers.CharField(max_length=100, required=False)
     assignee = serializers.CharField(max_length=100, required=False)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS, required=False, allow_blank=True, trim_whitespace=False
+    )
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
@@ -597,6 +807,15 @@ class CancelInput(StrictInput):
     )
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false (BooleanField would also take "yes", 1 and "on")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be true or false.")
+        return data
+
+
 class QueueLimitsInput(StrictInput):
     """PATCH: only the controls named change; null removes one."""
 
@@ -611,10 +830,20 @@ class QueueLimitsInput(StrictInput):
         allow_null=True,
         help_text="default: one second's worth of the rate (at least 1)",
     )
+    fair = StrictBooleanField(required=False, help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.JSONField(
+        required=False, allow_null=True, help_text="an object from fair_key to weight (above 0; default 1)"
+    )
+    max_claimed_per_key = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
-            raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
+            raise serializers.ValidationError(
+                "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
+                "max_claimed_per_key."
+            )
         return attrs
 
 
@@ -637,6 +866,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "title",
             "payload",
             "priority",
+            "fair_key",
             "max_attempts",
             "active",
             "catch_up",

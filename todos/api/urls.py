@@ -10,6 +10,7 @@ urlpatterns = [
     path("todos/", views.TodoListCreateApi.as_view(), name="todo-list"),
     path("todos/claim/", views.TodoClaimNextApi.as_view(), name="todo-claim-next"),
     path("todos/complete/", views.TodoBatchCompleteApi.as_view(), name="todo-complete-many"),
+    path("todos/batch/", views.TodoBatchCreateApi.as_view(), name="todo-create-many"),
     path("todos/<str:todo_id>/", views.TodoDetailApi.as_view(), name="todo-detail"),
     path("todos/<str:todo_id>/claim/", views.TodoClaimApi.as_view(), name="todo-claim"),
     path("todos/<str:todo_id>/heartbeat/", views.TodoHeartbeatApi.as_view(), name="todo-heartbeat"),

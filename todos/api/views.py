@@ -23,8 +23,11 @@ from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exceptio
 from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
+    MAX_CREATE_BATCH,
     BatchCompleteInput,
     BatchCompleteResultSerializer,
+    BatchCreateInput,
+    BatchCreateResultSerializer,
     CancelInput,
     ClaimedSerializer,
     ClaimNextInput,
@@ -49,6 +52,8 @@ from todos.api.serializers import (
     TodoSerializer,
     WaitingTodoSerializer,
     WaitInput,
+    batch_outcomes,
+    valid_batch,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
@@ -89,7 +94,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         # The caller's scopes cut the queryset before anything else: nothing outside them is listed.
         todos = Todo.objects.visible_to(caller_agent(self.request))
         filters = _valid(TodoListFilter, self.request.query_params)
-        for field in ("queue", "state", "kind", "assignee"):
+        for field in ("queue", "state", "kind", "assignee", "fair_key"):
             if field in filters:
                 todos = todos.filter(**{field: filters[field]})
         if filters.get("dead") is True:
@@ -166,6 +171,23 @@ class _WaitsOnTheLoop(APIView):
         drf_request = self.initialize_request(request)
         self.initial(drf_request)  # authentication (CSRF for sessions) and permissions
         return caller_agent(drf_request)
+
+
+class TodoBatchCreateApi(APIView):
+    @extend_schema(
+        operation_id="todos_create_many",
+        summary="Create many todos",
+        description=f"Up to {MAX_CREATE_BATCH} creates in one transaction, each item a create's body, plus "
+        "`depends_on_index`: earlier items of this batch it depends on. All or nothing: one invalid item (400), "
+        "or a dependency you cannot see (404), writes nothing and names the item as `todos.<index>.<field>`. "
+        "Otherwise one outcome per item, in order: `status` 201 created, or 200 for the runnable todo that holds "
+        "its idempotency key, with the todo's `id` and `state` (GET it for the rest).",
+        request=BatchCreateInput,
+        **docs.documented(BatchCreateResultSerializer, (400, 401, 404, 413), docs.BATCH_CREATE_EXAMPLES),
+    )
+    def post(self, request: Request) -> Response:
+        outcomes = queue.create_many(valid_batch(request.data), agent=caller_agent(request))
+        return Response({"outcomes": batch_outcomes(outcomes)})
 
 
 class TodoDetailApi(_WaitsOnTheLoop):

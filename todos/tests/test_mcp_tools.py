@@ -222,6 +222,16 @@ def test_a_waiting_claim_is_woken_by_a_todo_created_meanwhile(mcp_base, agent):
 # --- refusals ---------------------------------------------------------------------------------
 
 
+def test_create_for_takes_a_batch_whose_items_depend_on_earlier_ones(mcp_base, agent):
+    async def scenario(client: Any) -> Any:
+        todos = [{"queue": "jobs", "kind": "check"}, {"queue": "jobs", "kind": "merge", "depends_on_index": [0]}]
+        return ok(await client.call_tool("create_for", {"todos": todos}))
+
+    made = run(mcp_base, agent.token, scenario)["outcomes"]
+    assert [(o["status"], o["state"]) for o in made] == [(201, "pending"), (201, "waiting")]
+    assert Todo.objects.get(pk=made[1]["id"]).depends_on == [made[0]["id"]]
+
+
 def test_another_agents_todo_is_not_found_and_not_listed(mcp_base, make_agent, make_todo):
     bob = make_agent("bob", claim=["bob.*"])
     theirs = make_todo("alice.jobs")
@@ -275,6 +285,8 @@ def test_a_stale_lease_is_a_conflict_carrying_the_current_state(mcp_base, agent,
         ("get_todo", {}, "id"),
         ("create_for", {"title": "no queue"}, "queue"),
         ("create_for", {"queue": "jobs", "max_attempts": 3}, "max_attempts"),
+        ("create_for", {"todos": [{"queue": "jobs"}, {"queue": "jobs", "priority": 500}]}, "todos.1.priority"),
+        ("create_for", {"todos": [{"queue": "jobs"}], "queue": "jobs"}, "queue"),
     ],
 )
 def test_bad_arguments_are_invalid_naming_the_field_and_change_nothing(

@@ -75,6 +75,7 @@ COUNTED_INSIDE = {
     "promote_due_retries": "retry_due, per row",
     "promote_due_scheduled": "scheduled_due, per row",
     "reap_once": "the sweeps it runs, each counting itself",
+    "create_many": "create, per item (ok or duplicate), or once with the error that refused the batch",
     "resolve_events": "resolve, per todo an event resolved",
     "time_out_waits": "wait_timeout, per row",
 }

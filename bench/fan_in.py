@@ -1,0 +1,110 @@
+"""Issue 20: what completing the children of a fan-in costs, beside a plain complete, in one run.
+
+    .venv/bin/python bench/fan_in.py                          # 10,000 children, 3 rounds
+    .venv/bin/python bench/fan_in.py --children 2000 --rounds 1   # a quick look
+    .venv/bin/python bench/fan_in.py --http --rounds 1            # each complete a POST to gunicorn
+    .venv/bin/python bench/fan_in.py --http --rounds 2 --sample 1500  # the first 1,500 of the 10,000
+
+Each round times two sets of N claimed todos completed one by one through todos/queue.py's complete (the
+transition every door calls), in alternating order so that both see the same machine load:
+
+  plain    N todos nobody depends on
+  fan-in   the N children of one parent made with depends_on (every child's complete counts one off the
+           parent; the last one makes it pending), i.e. one statement that also settles a dependent
+
+The parent names all N children, past the API's 100 (queue.create takes any number; the limit is the
+input's): the worst fan-in, one parent row that every child updates. Prints per-complete microseconds and
+the ratio (target: at most 1.2). --http: the same completes as agents send them, POST
+/api/v1/todos/<id>/complete/ one at a time on one keep-alive connection to gunicorn (gunicorn.conf.py).
+Todos go to the scratch database switchboard_bench_fan_in (bench/harness.py: on the embedded server, or on
+DATABASE_URL's), never the development one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import harness as h
+
+KIDS, PLAIN, PARENT = "bench.kids", "bench.plain", "bench.parent"
+
+
+def claimed(queue_name: str, n: int, agent: object) -> list[tuple[str, str]]:
+    from todos import queue
+
+    made = queue.create_many([{"queue": queue_name} for _ in range(min(n, 1000))])
+    while len(made) < n:
+        made += queue.create_many([{"queue": queue_name} for _ in range(min(n - len(made), 1000))])
+    held: list[tuple[str, str]] = []
+    while len(held) < n:
+        got = queue.claim_next(agent=agent, queues=[queue_name], limit=100, lease_seconds=3600)  # type: ignore[arg-type]
+        held += [(t.id, t.lease_id or "") for t in got]
+    return held
+
+
+def complete_all(held: list[tuple[str, str]], agent: object, api: h.Api | None = None) -> float:
+    from todos import queue
+
+    start = time.perf_counter()
+    for todo_id, lease_id in held:
+        if api is None:
+            queue.complete(todo_id, agent=agent, lease_id=lease_id)  # type: ignore[arg-type]
+        else:
+            status, body = api.post(f"/api/v1/todos/{todo_id}/complete/", {"lease_id": lease_id})
+            assert status == 200, (status, body)
+    return (time.perf_counter() - start) / len(held) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--children", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sample", type=int, default=0, help="time only the first N completes of each set")
+    parser.add_argument("--http", action="store_true", help="complete over HTTP (gunicorn) instead of in-process")
+    args = parser.parse_args()
+    _, url = h.scratch_django("fan_in")
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(h.gunicorn(url)) if args.http else None
+        measure(args, base)
+
+
+def measure(args: argparse.Namespace, base: str | None) -> None:
+    from todos import queue
+    from todos.models import Agent, Todo
+
+    agent = Agent(name="bench", claim_scopes=["bench.*"], create_scopes=["bench.*"])
+    token = agent.set_new_token()
+    agent.save()
+    api = h.Api(base, token) if base else None
+    figures: dict[str, list[float]] = {"plain": [], "fan-in": []}
+    for r in range(args.rounds):
+        h.reset_todos()
+        h.sb_sql("TRUNCATE todos_dependency")
+        kids = claimed(KIDS, args.children, agent)
+        parent, _ = queue.create(queue=PARENT, depends_on=[i for i, _ in kids])
+        plain = claimed(PLAIN, args.children, agent)
+        h.analyze()
+        order = [("plain", plain), ("fan-in", kids)] if r % 2 == 0 else [("fan-in", kids), ("plain", plain)]
+        for mode, held in order:
+            figures[mode].append(complete_all(held[: args.sample or None], agent, api))
+        state = Todo.objects.get(pk=parent.id).state
+        if not args.sample:
+            assert state == "pending", f"the parent is {state} after its last child completed"
+        print(f"round {r + 1}: " + ", ".join(f"{m} {v[-1]:.0f} us" for m, v in figures.items()), flush=True)
+    plain_us, fan_us = statistics.median(figures["plain"]), statistics.median(figures["fan-in"])
+    timed = f", first {args.sample} timed" if args.sample else ""
+    print(f"children {args.children}{timed}, rounds {args.rounds} (medians), {'HTTP' if base else 'in-process'}")
+    print(f"plain complete        {plain_us:8.0f} us")
+    print(f"fan-in child complete {fan_us:8.0f} us")
+    print(f"ratio                 {fan_us / plain_us:8.2f}  (target <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()
