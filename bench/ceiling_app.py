@@ -1,6 +1,6 @@
 """The bare ceiling for the request path: a minimal ASGI app under the same server (gunicorn +
 uvicorn workers) that answers the same two requests as Switchboard's claim+complete with the same
-two statements (todos/sql.py's CLAIM_NEXT and COMPLETE, prepared), and nothing else: no Django, no
+two statements (todos/sql's CLAIM_NEXT and COMPLETE, prepared), and nothing else: no Django, no
 token lookup, no validation, no logging or metrics. bench/request_path.py runs it.
 
     CEILING_DSN=postgresql://... gunicorn bench.ceiling_app:app -c gunicorn.conf.py

@@ -11,7 +11,7 @@ Everything runs in dedicated databases (switchboard_bench, switchboard_bench_pro
 switchboard_bench_django_tasks) on the embedded PostgreSQL, or on the server of DATABASE_URL (whose
 role then needs CREATEDB; CHECKPOINT after seeding is skipped unless it is a superuser).
 Each row is the median of --runs runs in jobs/s, with its ratio to the raw-SQL ceiling: pgbench
-running todos/sql.py's own CLAIM_NEXT and COMPLETE (or CREATE) statements on the same table with
+running todos/sql's own CLAIM_NEXT and COMPLETE (or CREATE) statements on the same table with
 the same number of clients. --docs rewrites the "## Against the alternatives" section of
 docs/benchmarks.md and docs/img/throughput.png from the run.
 """

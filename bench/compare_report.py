@@ -162,7 +162,7 @@ def docs_section(res: Results, cfg: Config, machine: str, command: str, seconds:
         f"**Latest:** {when}, at `{commit or 'unknown'}`, on {machine}.",
         f"Each row is the median of {rounds} run(s), taken in rounds that run every row once (so a busy moment",
         "on the machine lands on one run of each row); the ratio is to the raw-SQL ceiling at the same client count",
-        "(pgbench running `todos/sql.py`'s own CLAIM_NEXT then COMPLETE, two transactions per job, or CREATE for",
+        "(pgbench running `todos/sql`'s own CLAIM_NEXT then COMPLETE, two transactions per job, or CREATE for",
         "enqueue rows). Switchboard and pgbench rows run for a fixed time against a seeded backlog; the",
         f"alternatives drain {cfg.jobs} no-op jobs enqueued at once, timed by their own start/finish timestamps.",
         "",

@@ -1,4 +1,4 @@
-"""Switchboard's side of bench/compare.py: the bench agent, pgbench running todos/sql.py's statements,
+"""Switchboard's side of bench/compare.py: the bench agent, pgbench running todos/sql's statements,
 and the forked client processes (in-process, HTTP, ingest) released together by a barrier."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def make_agent() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The raw-SQL ceiling: pgbench running todos/sql.py's statements
+# The raw-SQL ceiling: pgbench running todos/sql's statements
 
 
 def _sql_literal(value: Any) -> str:
@@ -59,13 +59,13 @@ def _sql_literal(value: Any) -> str:
 
 
 def _render(statement: str, params: dict[str, str]) -> str:
-    """A todos/sql.py statement with its %(name)s placeholders replaced by SQL text for pgbench."""
+    """A todos/sql/ statement with its %(name)s placeholders replaced by SQL text for pgbench."""
     statement = re.sub(r"--[^\n]*", "", statement)
     return re.sub(r"%\((\w+)\)s", lambda m: params[m.group(1)], statement).strip()
 
 
 def pgbench_statements(claim_like: list[str], visible_like: list[str]) -> tuple[str, str]:
-    """The two pgbench scripts' text, from todos/sql.py's own statements: claim then complete (two
+    """The two pgbench scripts' text, from todos/sql's own statements: claim then complete (two
     transactions per job, as a worker runs them), and create. \\gset ends the claim and keeps its
     id and lease_id as :id and :lease_id for the complete."""
     from todos import sql

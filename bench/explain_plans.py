@@ -1,4 +1,4 @@
-"""EXPLAIN (ANALYZE, BUFFERS) of every statement in todos/sql.py that matters, on a table of ~1M todos,
+"""EXPLAIN (ANALYZE, BUFFERS) of every statement in todos/sql/ that matters, on a table of ~1M todos,
 written to docs/query-plans.md with a one-line reading of each plan.
 
     .venv/bin/python bench/explain_plans.py            # seeds switchboard_bench_explain once, then explains
@@ -220,7 +220,7 @@ NOTES = {
 @dataclass
 class Plan:
     title: str
-    statement: str  # the name in todos/sql.py, or the ORM call
+    statement: str  # the name in todos/sql/, or the ORM call
     expect: str  # the index we rely on
     reading: str = ""
     text: str = ""
@@ -510,7 +510,7 @@ def write(result: list[Plan]) -> None:
         "  pending backlog outnumbers its history the planner could otherwise serve the claim's order from the",
         "  admin's plain `created_at` index and walk every done row at its head (10,000 buffers for one claim",
         "  in a soak). No other index yields that order; `todos/tests/test_claim_plan.py` pins it.",
-        "- Every statement in todos/sql.py reaches its rows through an index; none scans the table.",
+        "- Every statement in todos/sql/ reaches its rows through an index; none scans the table.",
         "- The claim scan is one descent of `todo_pending_claim_scan` per queue, whatever the number of queues",
         "  (the LATERAL join over `todos_queue`), so 50k pending rows and 940k done rows cost it nothing.",
         "- Django's extra `varchar_pattern_ops` indexes on `id` and `event_id` (`*_like`, for LIKE 'prefix%')",

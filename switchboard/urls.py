@@ -12,7 +12,7 @@ admin.site.index_title = "Operations"
 
 urlpatterns = [
     # The queue dashboard (staff only), before the admin's catch-all.
-    path("admin/", include("todos.admin_urls")),
+    path("admin/", include("todos.admin.urls")),
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
     # Before the todos API's api/v1/ include, which would otherwise see events/ first.

@@ -1,5 +1,5 @@
 """The benchmark and drill harness's pure parts (the runs themselves are on demand: make bench,
-bench-compare, drills). These keep bench/ off real data and in step with todos/sql.py and the docs."""
+bench-compare, drills). These keep bench/ off real data and in step with todos/sql/ and the docs."""
 
 from __future__ import annotations
 

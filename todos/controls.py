@@ -1,6 +1,6 @@
 """Queue controls: pause, resume, and the concurrency and rate limits (issue 11).
 
-They live on the queue's row in todos_queue, which every claim statement reads (todos/sql.py,
+They live on the queue's row in todos_queue, which every claim statement reads (todos/sql/claim.py,
 CLAIM_NEXT): a change is durable and holds for every process from its next claim. This module writes
 that row; the claim enforces it. Each function is one statement; an unknown queue, or one outside the
 caller's scopes, is not found.
@@ -165,7 +165,7 @@ def set_limits(
     """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
     ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
     burst defaults to one second's worth (at least 1). ``fair``, ``fair_weights`` and
-    ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql.py, CLAIM_NEXT). Effective
+    ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql/claim.py, CLAIM_NEXT). Effective
     from the next claim."""
     check_limits(
         max_claimed=max_claimed,

@@ -1,7 +1,7 @@
 """This process's one LISTEN connection.
 
 Transitions that make work claimable at once NOTIFY ``sql.NOTIFY_CHANNEL`` with the queue's name (and,
-from batch statements, how many rows: ``"<queue> <n>"``) inside their own statement (todos/sql.py);
+from batch statements, how many rows: ``"<queue> <n>"``) inside their own statement (todos/sql/);
 todos/auth.py's agent changes NOTIFY ``AGENTS_CHANNEL``. Each web process keeps one listening
 connection: psycopg's ``AsyncConnection``, a task in the server's event loop (started by the ASGI
 lifespan through todos/waiting.py). Outside an ASGI server (the test client, ``runserver``, a WSGI

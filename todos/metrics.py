@@ -108,7 +108,7 @@ def counted_batch(verb: str) -> Callable[[F], F]:
 
 def _took_over_a_lapsed_lease(todo: Todo) -> bool:
     """True if the claim that returned ``todo`` took it over from a lapsed lease: that claim appended a
-    "lease expired" entry stamped with its own claimed_at (todos/sql.py, _CLAIM_SET)."""
+    "lease expired" entry stamped with its own claimed_at (todos/sql/claim.py, _CLAIM_SET)."""
     last = todo.errors[-1] if todo.errors else None
     if not isinstance(last, dict) or "reclaimed_at" not in last or todo.claimed_at is None:
         return False

@@ -140,7 +140,7 @@ class Todo(models.Model):
     # When the todo may first run: its creation time unless scheduled. Claims order by (priority, run_at).
     run_at = models.DateTimeField(db_default=Now())
     priority = models.SmallIntegerField(db_default=0)
-    # Fair share (issue 22): on a fair queue, claims take keys in weighted round robin (todos/sql.py,
+    # Fair share (issue 22): on a fair queue, claims take keys in weighted round robin (todos/sql/,
     # CLAIM_NEXT); "" is a key like any other. Ignored by other queues.
     fair_key = models.CharField(max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", db_default="")
     # While waiting (issue 20): what it waits for, as the waiter gave it (never a token). The matching
@@ -163,7 +163,7 @@ class Todo(models.Model):
     # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
     # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
     # for the waiter's lock) and takes itself off each waiter's list: no lookup, no gap, and a todo that
-    # finishes twice (a dead-letter retried) is taken off once (todos/sql.py, _finishing).
+    # finishes twice (a dead-letter retried) is taken off once (todos/sql/common.py, _finishing).
     awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
     awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
     # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
@@ -178,7 +178,7 @@ class Todo(models.Model):
     class Meta:
         constraints = [
             # SPEC decision 3: every todo that can still run holds its key; done and
-            # dead-lettered todos free it. todos/sql.py's INSERT ... ON CONFLICT names
+            # dead-lettered todos free it. todos/sql's INSERT ... ON CONFLICT names
             # this exact predicate.
             models.UniqueConstraint(
                 fields=["queue", "idempotency_key"],
@@ -197,7 +197,7 @@ class Todo(models.Model):
         indexes = [
             # claim_next, pending branch: one index descent per queue, in claim order (priority, then run_at).
             # run_at NULLS FIRST (the column is never null) so that this stays the only index that yields
-            # CLAIM_NEXT's order, whatever indexes the admin gains (todos/sql.py, migrations 0007 and 0012).
+            # CLAIM_NEXT's order, whatever indexes the admin gains (todos/sql/, migrations 0007 and 0012).
             models.Index(
                 F("queue"),
                 F("priority"),
@@ -251,7 +251,7 @@ class Todo(models.Model):
             # An event's todos (the FK's PROTECT check, the event admin, replay). Partial: todos that
             # agents create have no event, and a full index would take a write on every transition.
             models.Index(fields=["event"], condition=Q(event__isnull=False), name="todo_event"),
-            # The admin's changelist (todos/admin.py) lists newest first, unfiltered or by one filter.
+            # The admin's changelist (todos/admin/__init__.py) lists newest first, unfiltered or by one filter.
             # Every full index costs each state change an index tuple (state changes are never HOT
             # updates), so the set is kept small (migration 0006): the state filter is served by the
             # partial indexes above, the queue filter by walking todo_admin_recent backwards; kind and
@@ -317,7 +317,7 @@ class OnTimeout(models.TextChoices):
 class Waitpoint(models.Model):
     """A todo's latest wait (issue 20): what resolves it, indexed for each kind of resolver while it is open,
     and its timeout. Whatever resolves it or times it out sets resolved_at and moves the todo, in one
-    guarded statement (todos/sql.py), so two resolvers of one wait cannot both win; the closed row stays so
+    guarded statement (todos/sql/), so two resolvers of one wait cannot both win; the closed row stays so
     that a second resolve of a token is told apart (409) from an unknown token (404). A new wait of the
     same todo replaces its row. Not a foreign key: retention deletes todos in SQL. A wait whose todo left
     waiting another way (cancel) is closed by the next resolver or the timeout sweep, harmlessly."""
@@ -358,7 +358,7 @@ class Waitpoint(models.Model):
 
 class Dependency(models.Model):
     """An open wait: ``dependent`` waits for ``dependency`` (issue 20), at ``position`` in its depends_on.
-    Written by create (todos/sql.py LINK); deleted by the statement that finishes the dependency, which
+    Written by create (todos/sql/ LINK); deleted by the statement that finishes the dependency, which
     settles the dependent (todos_settle_dependents): an edge settles once, so a dependency that dead-letters
     and is later completed by its slow worker settles nothing twice. The table holds only open waits; the
     list itself is the dependent's depends_on. Plain ids, not foreign keys: retention deletes todos in SQL."""

@@ -1,6 +1,6 @@
 """The todo state machine: the only code that writes a todo's state.
 
-Each transition is one guarded UPDATE (see todos/sql.py), named with SPEC.md's verbs so call sites read
+Each transition is one guarded UPDATE (see todos/sql/), named with SPEC.md's verbs so call sites read
 ``queue.complete(...)``. A guard that matches no row is classified by a follow-up read: TodoNotFound if
 the todo is absent or outside the caller's scopes, TodoConflict (with the current state) otherwise.
 Every door, the batch ones included, is counted in switchboard_todo_transitions_total (todos/metrics.py);
@@ -173,7 +173,7 @@ def create(
     or is cancelled does to this todo: ``cancel`` it (its history names the dependency), or ``run`` it anyway.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
-    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql.py, CLAIM_NEXT).
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT).
     """
     item = {
         "queue": queue,
@@ -773,7 +773,7 @@ def set_priority(todo_id: str, *, priority: int, agent: Agent | None = None) -> 
     raise _miss(todo_id, agent, "change the priority of")
 
 
-# --- Waits (issue 20): todos/waitpoints.py parses what a wait is for; todos/sql.py has the statements. ---
+# --- Waits (issue 20): todos/waitpoints.py parses what a wait is for; todos/sql/ has the statements. ---
 
 
 @counted("wait")

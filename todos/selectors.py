@@ -1,4 +1,4 @@
-"""Reads that need one hand-written statement (todos/sql.py): the per-queue health counts that
+"""Reads that need one hand-written statement (todos/sql/): the per-queue health counts that
 GET /api/v1/queues/, the admin dashboard and /metrics all report, the moment a long-polling claim
 should wake up without a write, and a todo's dependencies for its JSON. The first two read only through
 the partial indexes of todos/models.py, never through done history."""

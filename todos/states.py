@@ -3,7 +3,7 @@
 Every condition comes in the three forms the code needs, built from the same pieces so that they cannot
 drift apart (todos/tests/test_states.py checks them against a table holding every shape):
 
-* ``sql(alias)``  a WHERE fragment for the hand-written statements of todos/sql.py (``alias`` prefixes
+* ``sql(alias)``  a WHERE fragment for the hand-written statements of todos/sql/ (``alias`` prefixes
                   each column, e.g. ``sql("t")``); times compare with the database's now() (SPEC
                   decision 7)
 * ``q``           a Django ``Q`` for the ORM, the admin's filters, and the partial indexes and
@@ -225,7 +225,7 @@ CLAIM_ORDER = ("priority", "run_at")
 
 
 def claim_order_sql(alias: str = "") -> str:
-    """CLAIM_ORDER as an ORDER BY list for todos/sql.py (``alias`` prefixes each column)."""
+    """CLAIM_ORDER as an ORDER BY list for todos/sql/ (``alias`` prefixes each column)."""
     return ", ".join(f"{alias}.{c}" if alias else c for c in CLAIM_ORDER)
 
 
@@ -278,7 +278,7 @@ def label_of(state: str, *, dead_letter: bool) -> str:
 
 
 # --- Shapes: what each stored state implies about the other columns ---------------------------------
-# Derived from the transitions of todos/sql.py; todos/models.py turns each into a CHECK constraint, so
+# Derived from the transitions of todos/sql/; todos/models.py turns each into a CHECK constraint, so
 # a write by any path (ORM, raw SQL, a data migration) that breaks one fails instead of confusing the
 # queue. The lease's three columns move together except that fail, complete and the reaper keep the
 # owner for the record, and the reaper keeps a lapsed receipt (on pending or, at the cap, a dead-letter)

@@ -4,20 +4,29 @@ of them saves anything (todos/queue.py is the only writer)."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from todos import tracing
-from todos.errors import InvalidTransitionInput, PayloadTooLarge
+from todos.api.fields import (
+    BoundedJSONField,
+    CheckpointField,
+    LeaseSecondsField,
+    PriorityField,
+    RFC3339Field,
+    StrictBooleanField,
+    TraceparentField,
+    _iso,
+    _lease_id_field,
+    _unstorable,
+    _worker_field,
+)
+from todos.errors import InvalidTransitionInput
 from todos.models import (
     MAX_DELAY_SECONDS,
     MAX_FAIR_KEY_CHARS,
@@ -37,100 +46,13 @@ from todos.selectors import DEPENDENCIES_LISTED, DEPENDENCY_RESULTS_MAX_BYTES, d
 
 MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20.0
-MIN_LEASE_SECONDS = 1.0
 MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
 MAX_ERROR_CHARS = 10_000
 MAX_NOTE_CHARS = 1_000
 MAX_BATCH_ITEMS = 100
 MAX_PROGRESS_MESSAGE_CHARS = 500
-MAX_CHECKPOINT_BYTES = 64 * 1024
 MAX_CREATE_BATCH = 1000
 MAX_DEPENDENCIES = 100
-LEASE_ID_MAX = 40
-WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
-
-
-def _max_lease() -> float:
-    return float(settings.QUEUE_MAX_LEASE_SECONDS)
-
-
-def _unstorable(value: Any) -> str | None:
-    """Why PostgreSQL's jsonb would refuse this JSON value (NUL in a string, a number out of range), or None."""
-    if isinstance(value, str):
-        return "JSON strings may not contain NUL (\\u0000) characters." if "\x00" in value else None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "JSON numbers must be finite."
-    if isinstance(value, dict):
-        return next((r for k, v in value.items() if (r := _unstorable(k) or _unstorable(v))), None)
-    if isinstance(value, list):
-        return next((r for v in value if (r := _unstorable(v))), None)
-    return None
-
-
-class BoundedJSONField(serializers.JSONField):
-    """Any JSON value, at most MAX_PAYLOAD_BYTES once serialised (413 ``too_large`` beyond)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        value = super().to_internal_value(data)
-        # What jsonb cannot hold is refused as invalid here rather than failing in the database.
-        try:
-            reason = _unstorable(value)
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        except RecursionError as exc:
-            raise serializers.ValidationError("The JSON value is nested too deeply.") from exc
-        if reason:
-            raise serializers.ValidationError(reason)
-        try:
-            size = len(text.encode())
-        except UnicodeEncodeError as exc:
-            raise serializers.ValidationError("JSON strings may not contain lone surrogate characters.") from exc
-        if size > settings.MAX_PAYLOAD_BYTES:
-            raise PayloadTooLarge(
-                f"{self.field_name} is {size} bytes of JSON; the limit is {settings.MAX_PAYLOAD_BYTES}.",
-                fields={self.field_name: ["too large"]},
-            )
-        return value
-
-
-class LeaseSecondsField(serializers.FloatField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            required=False,
-            min_value=MIN_LEASE_SECONDS,
-            # Shown in the schema; run_validation re-reads the setting, so an override applies at once.
-            max_value=_max_lease(),
-            help_text="Lease (visibility timeout) in seconds, 1 to QUEUE_MAX_LEASE_SECONDS (12 h by default); "
-            "default QUEUE_DEFAULT_LEASE_SECONDS.",
-            **kwargs,
-        )
-
-    def run_validation(self, data: Any = serializers.empty) -> Any:
-        value = super().run_validation(data)
-        if value is not None and value > _max_lease():
-            raise serializers.ValidationError(f"Ensure this value is less than or equal to {_max_lease():g}.")
-        return value
-
-
-def _worker_field() -> serializers.RegexField:
-    return serializers.RegexField(
-        WORKER_RE,
-        required=False,
-        help_text="A label for the process or thread holding the claim; the owner becomes '<agent>/<worker>'.",
-    )
-
-
-def _lease_id_field() -> serializers.CharField:
-    return serializers.CharField(max_length=LEASE_ID_MAX, help_text="The receipt handed out by the claim.")
-
-
-def _iso(value: datetime | None) -> str | None:
-    """As DRF's DateTimeField renders it: ISO 8601, UTC as Z."""
-    if value is None:
-        return None
-    text = value.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 # --- output -----------------------------------------------------------------------------------
 
 
@@ -351,52 +273,6 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
 
 # --- input ------------------------------------------------------------------------------------
 
-# RFC 3339's date-time: a T (or space), seconds, optional fraction, and an offset or Z. Python's
-# fromisoformat alone would also take a date, a naive time or week dates.
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
-
-
-@extend_schema_field(OpenApiTypes.DATETIME)
-class RFC3339Field(serializers.Field[datetime, Any, str | None, Any]):
-    """An RFC 3339 timestamp with its offset, at most MAX_DELAY_SECONDS ahead (a naive time would be
-    read in some server's zone: refused)."""
-
-    default_error_messages = {
-        "format": "Expected an RFC 3339 timestamp with an offset, e.g. 2026-01-02T03:04:05Z.",
-        "far": "run_at may be at most a year ahead.",
-    }
-
-    def to_internal_value(self, data: Any) -> datetime:
-        if not isinstance(data, str) or not _RFC3339.match(data):
-            self.fail("format")
-        try:
-            value = datetime.fromisoformat(data.upper())  # out-of-range fields (month 13) raise
-        except ValueError:
-            self.fail("format")
-        # A bound on the input, not a guard on state: the database's clock decides when it runs.
-        if value > timezone.now() + timedelta(seconds=MAX_DELAY_SECONDS):
-            self.fail("far")
-        return value
-
-    def to_representation(self, value: datetime) -> str | None:
-        return _iso(value)
-
-
-class PriorityField(serializers.IntegerField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            min_value=PRIORITY_MIN,
-            max_value=PRIORITY_MAX,
-            help_text="-100 to 100, default 0; lower runs first (claims take priority, then run_at).",
-            **kwargs,
-        )
-
-    def to_internal_value(self, data: Any) -> int:
-        # IntegerField would take "5", 5.0 and true; a priority is a JSON integer.
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
-
 
 class StrictInput(serializers.Serializer[Any]):
     """A request body that refuses fields it does not declare (as SQS and Stripe do): a misspelt
@@ -411,23 +287,6 @@ class StrictInput(serializers.Serializer[Any]):
                     {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
                 )
         return super().to_internal_value(data)
-
-
-class TraceparentField(serializers.CharField):
-    """A W3C traceparent header value (version 00)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            max_length=55,
-            help_text="W3C trace context (00-<trace-id>-<parent-id>-<flags>): the todo's spans join this trace.",
-            **kwargs,
-        )
-
-    def to_internal_value(self, data: Any) -> str:
-        value = str(super().to_internal_value(data))
-        if tracing.parse(value) is None:
-            raise serializers.ValidationError("Expected a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>.")
-        return value
 
 
 class TodoCreateInput(StrictInput):
@@ -691,27 +550,6 @@ class ProgressInput(StrictInput):
         return attrs
 
 
-class CheckpointField(serializers.JSONField):
-    """A JSON object of at most MAX_CHECKPOINT_BYTES: what a retry needs to resume, not the work's data."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        value = super().to_internal_value(data)
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("A checkpoint is a JSON object.")
-        try:
-            reason = _unstorable(value)
-            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-        except (RecursionError, UnicodeEncodeError) as exc:
-            raise serializers.ValidationError("The checkpoint cannot be stored as JSON.") from exc
-        if reason:
-            raise serializers.ValidationError(reason)
-        if size > MAX_CHECKPOINT_BYTES:
-            raise serializers.ValidationError(
-                f"The checkpoint is {size} bytes of JSON; the limit is {MAX_CHECKPOINT_BYTES}."
-            )
-        return value
-
-
 class HeartbeatInput(StrictInput):
     lease_id = _lease_id_field()
     lease_seconds = LeaseSecondsField()
@@ -805,15 +643,6 @@ class CancelInput(StrictInput):
     reason = serializers.CharField(
         max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
     )
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A JSON true or false (BooleanField would also take "yes", 1 and "on")."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            raise serializers.ValidationError("Must be true or false.")
-        return data
 
 
 class QueueLimitsInput(StrictInput):

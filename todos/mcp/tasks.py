@@ -34,7 +34,8 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_C
 
 from switchboard import ids
 from todos import queue, states
-from todos.api.serializers import TodoSerializer, _iso
+from todos.api.fields import _iso
+from todos.api.serializers import TodoSerializer
 from todos.errors import QueueError
 from todos.mcp import tools
 from todos.models import Agent, Todo

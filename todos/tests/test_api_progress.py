@@ -9,7 +9,7 @@ import pytest
 from django.db.models.functions import Now
 
 from todos import queue
-from todos.api.serializers import MAX_CHECKPOINT_BYTES
+from todos.api.fields import MAX_CHECKPOINT_BYTES
 from todos.models import Todo, TodoState
 
 pytestmark = pytest.mark.django_db

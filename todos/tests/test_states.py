@@ -17,7 +17,7 @@ from todos.models import Todo, TodoState
 
 HOUR = timedelta(hours=1)
 
-# Every shape the transitions of todos/sql.py leave behind (the reaper keeps a lapsed receipt on the
+# Every shape the transitions of todos/sql/ leave behind (the reaper keeps a lapsed receipt on the
 # pending or dead-lettered todo it sweeps; fail, complete and the reaper keep the owner).
 SHAPES = {
     "fresh": {"state": "pending"},

@@ -27,7 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from switchboard.admin_tools import staff_user_id
-from todos.admin_ops import OPS, Outcome, apply
+from todos.admin.ops import OPS, Outcome, apply
 
 if TYPE_CHECKING:
     from todos.admin import TodoAdmin
@@ -68,7 +68,7 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
         "opts": model_admin.model._meta,
         "title": f"{op.label}: every matching todo",
         "op": op,
-        # Every filter of the todo list is a SimpleListFilter (todos/admin_filters.py).
+        # Every filter of the todo list is a SimpleListFilter (todos/admin/filters.py).
         "filters": [
             (spec.title, spec.value())
             for spec in cl.filter_specs

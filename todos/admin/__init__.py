@@ -1,8 +1,8 @@
 """The operator console for todos, agents and queue names.
 
 Operators never edit a todo: its fields are read-only and every change goes through an action that
-calls todos/queue.py (todos/admin_ops.py). The changelist stays fast on millions of rows: no full
-COUNT(*) (switchboard/admin_tools.py), an index behind every filter (todos/admin_filters.py), heavy
+calls todos/queue.py (todos/admin/ops.py). The changelist stays fast on millions of rows: no full
+COUNT(*) (switchboard/admin_tools.py), an index behind every filter (todos/admin/filters.py), heavy
 JSON columns deferred, sorting only on what an index orders.
 """
 
@@ -25,10 +25,10 @@ from django.utils.safestring import SafeString
 
 from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
-from todos import admin_display as show
 from todos import controls, selectors, states
-from todos.admin_bulk import bulk_view
-from todos.admin_filters import (
+from todos.admin import display as show
+from todos.admin.bulk import bulk_view
+from todos.admin.filters import (
     AssigneeFilter,
     DeadLetterFilter,
     FairKeyFilter,
@@ -40,7 +40,7 @@ from todos.admin_filters import (
     SourceFilter,
     StateFilter,
 )
-from todos.admin_ops import OPS, Op, apply
+from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
 from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
@@ -161,7 +161,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     )
     readonly_fields = flatten_fieldsets(fieldsets)
 
-    # batches of "apply to every matching todo" (todos/admin_bulk.py)
+    # batches of "apply to every matching todo" (todos/admin/bulk.py)
     bulk_batch_size = 500
     bulk_request_cap = 5000
     bulk_request_seconds = 8.0

@@ -1,6 +1,6 @@
 """The operator's actions on todos: what each one calls in todos/queue.py, how its skips are
 explained, and how it is recorded in the admin log. Both the changelist actions (the selected rows)
-and the "apply to every matching todo" view (todos/admin_bulk.py) run through ``apply``."""
+and the "apply to every matching todo" view (todos/admin/bulk.py) run through ``apply``."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ class LastErrorFilter(admin.SimpleListFilter):
         return [(value, value if len(value) <= 40 else value[:39] + "…")] if value else []
 
     def queryset(self, request: Any, queryset: QuerySet[Todo]) -> QuerySet[Todo]:
-        from todos.admin_display import last_error
+        from todos.admin.display import last_error
 
         if self.value():
             narrowed: QuerySet[Todo] = queryset.annotate(sb_last_error=last_error()).filter(sb_last_error=self.value())

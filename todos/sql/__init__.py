@@ -1,0 +1,107 @@
+"""Every hand-written statement of the queue, named for its transition (procrastinate and river keep
+theirs the same way). Each is ONE statement: the guard sits in the WHERE clause, times come from the
+database's now() (SPEC decision 7), and RETURNING hands back the row as it is after the change.
+
+Why raw SQL here and the ORM elsewhere: the claim scan needs one index lookup per queue (a LATERAL
+join, SPEC trap 1) and every transition must be a single guarded UPDATE ... RETURNING (trap 2);
+Django's ORM can express neither. `make bench` measures the result against the same
+cycle written directly against psycopg.
+
+Parameters common to several statements:
+  visible   LIKE patterns of the queues the caller may see (its scopes; ['%'] for the system)
+  agent     the agent's name; a claim's owner is "<agent>" or "<agent>/<worker>"
+
+Conditions on a todo's state come from todos/states.py (``S.DEAD_LETTER.sql("t")``), so each is written
+once; the index each statement relies on is the one whose predicate is that same condition
+(todos/models.py).
+
+The statements live in one module per seam of the queue (claim, create, reaper, waits, dependencies, lease,
+operators, reads, retention, queue_controls); what several of them share is in common. This package re-exports
+every public name: callers write ``sql.CLAIM_NEXT``.
+"""
+
+from todos.sql.claim import CLAIM_NEXT, CLAIM_ONE, CLAIM_ORDER
+from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
+from todos.sql.create import CREATE_MANY, RUNNABLE_BY_KEYS, SCHEDULED_NOTIFY_HORIZON_SECONDS
+from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
+from todos.sql.operators import (
+    CANCEL,
+    DISCARD,
+    FORCE_RELEASE,
+    RETRY_DEAD_LETTER,
+    RETRY_DEAD_LETTER_MANY,
+    RETRY_NOW,
+    RUN_NOW,
+    SET_PRIORITY,
+)
+from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
+from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
+from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
+from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
+from todos.sql.waits import (
+    ATTACH_AWAITED,
+    AWAITED,
+    FINISHED,
+    RESOLVE_EVENTS,
+    RESOLVE_MANUAL,
+    RESOLVE_TOKEN,
+    TIME_OUT_WAITS,
+    WAIT,
+    WAITPOINT_BY_HASH,
+)
+
+__all__ = [
+    "ATTACH_AWAITED",
+    "AWAITED",
+    "CANCEL",
+    "CLAIM_NEXT",
+    "CLAIM_ONE",
+    "CLAIM_ORDER",
+    "COMPLETE",
+    "COMPLETE_MANY",
+    "COUNT_PURGEABLE",
+    "CREATE_MANY",
+    "CURRENT_STATE",
+    "DEPENDENCIES_OF",
+    "DISCARD",
+    "EVENT_PAGE",
+    "FAIL",
+    "FINISHED",
+    "FORCE_RELEASE",
+    "HEARTBEAT",
+    "LINK",
+    "NOTIFY_CHANNEL",
+    "PAUSE_QUEUE",
+    "PER_MINUTE",
+    "PROMOTE_DUE_RETRIES",
+    "PROMOTE_DUE_SCHEDULED",
+    "PURGE_CANCELLED",
+    "PURGE_DEAD",
+    "PURGE_DONE",
+    "PURGE_EVENTS",
+    "QUEUE_CONTROLS",
+    "QUEUE_STATS",
+    "RELEASE",
+    "REPOINT",
+    "REQUEUE_LAPSED",
+    "RESOLVE_EVENTS",
+    "RESOLVE_MANUAL",
+    "RESOLVE_TOKEN",
+    "RESUME_QUEUE",
+    "RETRY_DEAD_LETTER",
+    "RETRY_DEAD_LETTER_MANY",
+    "RETRY_NOW",
+    "RUNNABLE_BY_KEYS",
+    "RUN_NOW",
+    "SCHEDULED_NOTIFY_HORIZON_SECONDS",
+    "SECONDS_UNTIL_CLAIMABLE",
+    "SETTLE",
+    "SET_PRIORITY",
+    "SET_QUEUE_LIMITS",
+    "TIME_OUT_WAITS",
+    "TODOS_BY_ID",
+    "TODO_COLUMNS",
+    "WAIT",
+    "WAITPOINT_BY_HASH",
+]

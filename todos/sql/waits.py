@@ -1,0 +1,177 @@
+"""Waits (issue 20): the waiting state and its waitpoints (todos/waitpoints.py).
+
+A todo waits with an open row in todos_waitpoint (resolved_at NULL). Every way out of waiting closes
+that row and moves the todo in ONE statement: the row's lock decides the race, so of two resolvers (two
+token resolves, a resolve and the timeout, two deliveries) exactly one closes it and moves the todo;
+the other finds resolved_at set when it re-reads the locked row and changes nothing.
+"""
+
+from todos import states as S
+from todos.sql.common import _HOLDS_RECEIPT, _RETURNING_T, NOTIFY_CHANNEL, _finishing, _resolved_set
+
+# What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
+FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
+
+# wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
+# lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
+# the receipt; lock: the row. A wait on todos then runs ATTACH_AWAITED in the same transaction.
+WAIT = f"""
+WITH changed AS (
+    UPDATE todos_todo t SET
+        state = '{S.TodoState.WAITING}',
+        attempt = GREATEST(t.attempt - 1, 0),
+        lease_id = NULL,
+        lease_expires_at = NULL,
+        next_retry_at = NULL,
+        waiting_for = %(waiting_for)s,
+        resolution = NULL,
+        awaited_left = NULL,
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
+            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
+        updated_at = now()
+    WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
+    RETURNING {_RETURNING_T}
+),
+opened AS (
+    INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
+        event_type_like, event_match, event_key, resolved_at)
+    SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
+        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL
+    FROM changed
+    ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
+        timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
+        event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL
+)
+SELECT * FROM changed
+"""
+
+# The awaited todos a caller may see, and whether each has finished (a wait on todos, before WAIT).
+AWAITED = f"""
+SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
+WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
+
+def _resolving(hit: str, by: str, detail: str, guard: str = "true") -> str:
+    """Close waitpoints (``hit``: an UPDATE of todos_waitpoint RETURNING todo_id, resolved_at) and move
+    their todos, still waiting, to pending; notifies their queues; returns the todos."""
+    return f"""
+WITH hit AS ({hit}),
+changed AS (
+    UPDATE todos_todo t SET {_resolved_set(by, detail)}
+    FROM hit
+    WHERE t.id = hit.todo_id AND hit.resolved_at IS NOT NULL AND {S.WAITING.sql("t")} AND {guard}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {S.PENDING.sql()} GROUP BY queue) q
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+
+# attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
+# waiter in its awaited_by (once), and the waiter's awaited_left lists those; none: resolved at once.
+# Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
+# a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
+ATTACH_AWAITED = f"""
+WITH kids AS (
+    UPDATE todos_todo k SET awaited_by = CASE WHEN %(id)s::text = ANY(k.awaited_by) THEN k.awaited_by
+        ELSE array_append(COALESCE(k.awaited_by, '{{}}'), %(id)s::varchar(40)) END
+    WHERE k.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("k")})
+    RETURNING k.id
+),
+changed AS (
+    UPDATE todos_todo t SET
+        awaited_left = n.left,
+        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = '{{}}'")}
+    FROM (SELECT COALESCE(array_agg(id), '{{}}')::varchar(40)[] AS left FROM kids) n
+    WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
+    RETURNING {_RETURNING_T}
+),
+notified AS MATERIALIZED (
+    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM changed WHERE {S.PENDING.sql()}
+)
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+# resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
+# the token is the credential. Resolves once; a second finds it closed.
+RESOLVE_TOKEN = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.token_hash = %(hash)s AND w.resolved_at IS NULL
+    RETURNING w.todo_id, w.resolved_at""",
+    "'token'",
+    "jsonb_build_object('data', %(data)s::jsonb)",
+)
+
+# A token's waitpoint, open or closed (telling a second resolve, 409, from an unknown token, 404).
+WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE token_hash = %(hash)s"
+
+# resolve (an agent whose scopes cover the queue, or an operator): any open wait of this todo. %(by)s
+# names who; %(detail)s the data (and an operator's verdict and note).
+RESOLVE_MANUAL = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
+    RETURNING w.todo_id, w.resolved_at""",
+    "%(by)s::text",
+    "%(detail)s::jsonb",
+)
+
+# resolve_events (in the ingest transaction that stores the event): the open waits indexed under one of
+# the delivery's keys (waitpoint_event_key, one probe per key), of its source, begun before it arrived,
+# whose type glob and whole match hold. The event's id and payload go into each resolution.
+RESOLVE_EVENTS = _resolving(
+    """
+    UPDATE todos_waitpoint w SET resolved_at = now()
+    WHERE w.event_key = ANY(%(keys)s::text[]) AND w.resolved_at IS NULL AND w.event_source = %(source)s
+      AND %(type)s::text LIKE w.event_type_like AND %(payload)s::jsonb @> w.event_match
+      AND w.created_at <= %(received_at)s::timestamptz
+    RETURNING w.todo_id, w.resolved_at""",
+    "'event'",
+    """jsonb_build_object('event', jsonb_build_object('id', %(event_id)s::text, 'source', %(source)s::text,
+        'type', %(type)s::text, 'payload', %(payload)s::jsonb))""",
+)
+
+# time_out_waits (reaper): a batch of open waits past their timeout, oldest first, SKIP LOCKED (shared with
+# other reapers; a resolver holding one wins, and this one skips it). on_timeout pending: runnable again,
+# resolution timed_out. fail: a failure that counts toward the attempts (the wait gave its attempt back),
+# with FAIL's backoff below the cap and a dead-letter at it, which finishes the todo for its own waiters.
+TIME_OUT_WAITS = _finishing(
+    f"""
+    UPDATE todos_todo t SET
+        state = CASE WHEN closed.on_timeout = 'fail' THEN '{S.TodoState.FAILED}' ELSE '{S.TodoState.PENDING}' END,
+        attempt = CASE WHEN closed.on_timeout = 'fail' THEN t.attempt + 1 ELSE t.attempt END,
+        next_retry_at = CASE WHEN closed.on_timeout = 'fail' AND t.attempt + 1 < t.max_attempts
+            THEN now() + make_interval(secs => random() * LEAST(%(backoff_cap)s::double precision,
+                %(backoff_base)s::double precision * power(2, t.attempt)))
+            END,
+        waiting_for = NULL,
+        resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
+        errors = t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
+            'error', 'wait timed out', 'on_timeout', closed.on_timeout)),
+        updated_at = now()
+    FROM closed
+    WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by, t.has_dependents""",
+    finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
+    notify_when=S.PENDING.sql(),
+    before="""due AS MATERIALIZED (
+    SELECT todo_id FROM todos_waitpoint
+    WHERE resolved_at IS NULL AND timeout_at <= now()
+    ORDER BY timeout_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+closed AS (
+    UPDATE todos_waitpoint w SET resolved_at = now() FROM due WHERE w.todo_id = due.todo_id
+    RETURNING w.todo_id, w.on_timeout
+),
+""",
+)
