@@ -108,6 +108,7 @@ def pgbench_statements(claim_like: list[str], visible_like: list[str]) -> tuple[
             "run_at": "NULL",
             "delay": "NULL",
             "priority": "0",
+            "fair_key": "''",
             "traceparent": "NULL",
         },
     )

@@ -149,6 +149,12 @@ NOTES = {
     "claim_next, one queue with max_claimed and a rate limit, limit 10": "The queue's todos_queue row is "
     "locked (claimers of a limited queue take turns), todos_live_leases() counts its live leases from "
     "todo_live_leases, and the bucket's write-back updates that one row; the scan is the unlimited one.",
+    "claim_next, one fair queue, 1,000 keys, max_claimed_per_key 2, limit 10": "No queue lock: "
+    "todos_fair_walk (a function, so its reads see claims committed after the statement's snapshot) reads "
+    "todos_fairkey in pass order, checks each key for pending work at the queue's top priority (an EXISTS on "
+    "todo_fair_pending) and its live leases (todos_fair_live_leases), and locks the first 10 FOR NO KEY "
+    "UPDATE SKIP LOCKED; then one descent of todo_fair_pending per key, one todo each (weight 1); the passes "
+    "are written back by an upsert of those 10 rows.",
     "cancel (one id)": "One row by primary key; the NOTIFY wakes waiters of a queue whose slot it freed.",
     "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
     "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "
@@ -283,6 +289,7 @@ def plans() -> list[Plan]:
         "run_at": None,
         "delay": None,
         "priority": 0,
+        "fair_key": "",
         "traceparent": None,
     }
     later = one("SELECT id FROM todos_todo WHERE state = 'scheduled' AND run_at > now() + interval '1 hour' LIMIT 1")
@@ -324,6 +331,20 @@ def plans() -> list[Plan]:
             {**claim, "wanted": ["github.push"], "limit": 10},
             "UPDATE todos_queue SET max_claimed = 1000, rate_per_second = 100, rate_burst = 100, tokens = 100, "
             "refilled_at = now() WHERE name = 'github.push'",
+        ),
+        (
+            Plan(
+                "claim_next, one fair queue, 1,000 keys, max_claimed_per_key 2, limit 10",
+                "sql.CLAIM_NEXT",
+                "todo_fair_pending",
+            ),
+            sql.CLAIM_NEXT,
+            {**claim, "wanted": ["github.push"], "limit": 10},
+            "UPDATE todos_todo SET fair_key = 'k' || (abs(hashtext(id)) % 1000) WHERE queue = 'github.push' "
+            "AND state = 'pending'; UPDATE todos_queue SET fair = true, max_claimed_per_key = 2 "
+            "WHERE name = 'github.push'; INSERT INTO todos_fairkey (queue, key, vtime) "
+            "SELECT DISTINCT queue, fair_key, 0 FROM todos_todo WHERE queue = 'github.push' AND state = 'pending'; "
+            "ANALYZE todos_fairkey",
         ),
         (
             Plan("claim (one id)", "sql.CLAIM_ONE", "todos_todo_pkey"),

@@ -81,6 +81,7 @@ class RouteInline(admin.TabularInline[Route, Source]):
         "queue",
         "kind",
         "title_template",
+        "fair_key_template",
         "assignee",
         "max_attempts",
         "delay_seconds",

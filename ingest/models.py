@@ -78,6 +78,13 @@ class Route(models.Model):
         help_text="Dotted paths into the payload in braces, e.g. {repository.full_name}#{pull_request.number}. "
         "A missing path renders empty; {{ and }} are literal braces.",
     )
+    fair_key_template = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="The todos' fair_key, filled like the title, e.g. {repository.full_name}: on a fair queue, each "
+        "key takes its share of claims.",
+    )
     assignee = models.CharField(max_length=100, null=True, blank=True, help_text="Only this agent may claim the todos.")
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."

@@ -22,7 +22,7 @@ from ingest.errors import RoutingFailed
 from ingest.models import Route
 from todos import queue
 from todos.errors import QueueError
-from todos.models import Agent, Todo
+from todos.models import MAX_FAIR_KEY_CHARS, Agent, Todo
 
 TITLE_MAX_LENGTH = 500  # Todo.title's column
 
@@ -111,6 +111,7 @@ def route_event(event: Event, routes: Iterable[Route], *, traceparent: str | Non
                 event_id=event.id,
                 delay_seconds=route.delay_seconds or None,
                 priority=route.priority,
+                fair_key=render_title(route.fair_key_template, event.payload, max_length=MAX_FAIR_KEY_CHARS),
                 traceparent=traceparent,
             )
         except QueueError as exc:

@@ -31,6 +31,7 @@ from todos.admin_bulk import bulk_view
 from todos.admin_filters import (
     AssigneeFilter,
     DeadLetterFilter,
+    FairKeyFilter,
     KindFilter,
     LapsedFilter,
     LastErrorFilter,
@@ -103,6 +104,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         KindFilter,
         AssigneeFilter,
         SourceFilter,
+        FairKeyFilter,
     )
     search_fields = ("id", "title", "idempotency_key", "owner")
     search_help_text = (
@@ -117,7 +119,22 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     list_per_page = 50
     actions = [_operator_action(op) for op in OPS.values()]
     fieldsets = (
-        (None, {"fields": ("id", "state_badge", "queue", "kind", "title", "source", "assignee", "idempotency_key")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "state_badge",
+                    "queue",
+                    "kind",
+                    "title",
+                    "source",
+                    "assignee",
+                    "idempotency_key",
+                    "fair_key",
+                )
+            },
+        ),
         (
             "Attempts and lease",
             {
@@ -502,7 +519,7 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         return self._token_page(request, pairs, "Tokens rotated")
 
 
-LIMIT_FIELDS = ("max_claimed", "rate_per_second", "rate_burst")
+LIMIT_FIELDS = ("max_claimed", "rate_per_second", "rate_burst", "fair", "fair_weights", "max_claimed_per_key")
 
 
 class QueueLimitsForm(forms.ModelForm[Queue]):
@@ -513,6 +530,9 @@ class QueueLimitsForm(forms.ModelForm[Queue]):
             "max_claimed": "At most this many live leases at once (lapsed ones do not count). Empty: no cap.",
             "rate_per_second": "At most this many claims a second. Empty: no limit.",
             "rate_burst": "The token bucket's size (default: one second's worth). It starts full when changed.",
+            "fair": "Claims take the todos' fair keys in weighted round robin (docs/architecture.md).",
+            "fair_weights": 'An object from fair key to weight, e.g. {"acme": 3}; others weigh 1.',
+            "max_claimed_per_key": "At most this many live leases per fair key (1: one at a time). Empty: no cap.",
         }
 
     def clean(self) -> dict[str, Any]:
@@ -544,6 +564,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
             "Limits (enforced by every claim, in every process)",
             {"fields": ("max_claimed", "rate_per_second", "rate_burst")},
         ),
+        ("Fair share (decided by every claim)", {"fields": ("fair", "fair_weights", "max_claimed_per_key")}),
     )
     readonly_fields = ("name", "paused_badge", "counts")
 
@@ -639,6 +660,7 @@ class ScheduleForm(forms.ModelForm[Schedule]):
             "title",
             "payload",
             "priority",
+            "fair_key",
             "max_attempts",
             "catch_up",
             "is_active",

@@ -8,13 +8,16 @@ caller's scopes, is not found.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
-from todos.models import MAX_QUEUE_LIMIT, Agent
+from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, Agent
 from todos.rows import fetchall
 
 ALL_QUEUES = ["%"]
@@ -36,6 +39,9 @@ class QueueControls:
     max_claimed: int | None
     rate_per_second: float | None
     rate_burst: int | None
+    fair: bool = False
+    fair_weights: dict[str, float] = field(default_factory=dict)
+    max_claimed_per_key: int | None = None
 
 
 def describe_limits(queue: Any) -> str:
@@ -46,6 +52,10 @@ def describe_limits(queue: Any) -> str:
         parts.append(f"max {queue.max_claimed} claimed")
     if queue.rate_per_second is not None:
         parts.append(f"{queue.rate_per_second:g}/s burst {queue.rate_burst}")
+    if getattr(queue, "fair", False):
+        parts.append("fair")
+    if getattr(queue, "max_claimed_per_key", None) is not None:
+        parts.append(f"max {queue.max_claimed_per_key} per key")
     return " · ".join(parts)
 
 
@@ -57,7 +67,10 @@ def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> Queue
     rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params})
     if not rows:
         raise QueueNotFound(f"No queue {name!r}.")
-    return QueueControls(*rows[0])
+    row = list(rows[0])
+    if isinstance(row[6], str):  # Django's cursor hands jsonb over as text (its JSONField decodes it)
+        row[6] = json.loads(row[6])
+    return QueueControls(*row)
 
 
 def get(name: str, *, agent: Agent | None = None) -> QueueControls:
@@ -84,10 +97,46 @@ def _check_count(field: str, value: Any, minimum: int) -> None:
         )
 
 
-def check_limits(*, max_claimed: Any = UNSET, rate_per_second: Any = UNSET, rate_burst: Any = UNSET) -> None:
+def _check_weights(weights: Any) -> None:
+    """fair_weights: an object from key (the todos' fair_key, at most MAX_FAIR_KEY_CHARS characters) to a
+    weight above 0 and at most MAX_QUEUE_LIMIT."""
+    if weights is UNSET or weights is None:  # None: every key weighs 1 again
+        return
+    if not isinstance(weights, dict):
+        raise InvalidTransitionInput("fair_weights must be an object from key to weight.", field="fair_weights")
+    for key, weight in weights.items():
+        if not isinstance(key, str) or len(key) > MAX_FAIR_KEY_CHARS:
+            raise InvalidTransitionInput(
+                f"fair_weights' keys are fair_keys: text of at most {MAX_FAIR_KEY_CHARS} characters.",
+                field="fair_weights",
+            )
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or not 0 < weight <= MAX_QUEUE_LIMIT
+        ):
+            raise InvalidTransitionInput(
+                f"fair_weights[{key!r}] must be a number above 0 and at most {MAX_QUEUE_LIMIT}.", field="fair_weights"
+            )
+
+
+def check_limits(
+    *,
+    max_claimed: Any = UNSET,
+    rate_per_second: Any = UNSET,
+    rate_burst: Any = UNSET,
+    fair: Any = UNSET,
+    fair_weights: Any = UNSET,
+    max_claimed_per_key: Any = UNSET,
+) -> None:
     """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
     check the same bounds first; this guards every caller)."""
     _check_count("max_claimed", max_claimed, 0)
+    _check_count("max_claimed_per_key", max_claimed_per_key, 1)
+    if fair is not UNSET and not isinstance(fair, bool):
+        raise InvalidTransitionInput("fair must be true or false.", field="fair")
+    _check_weights(fair_weights)
     _check_count("rate_burst", rate_burst, 1)
     if rate_per_second is not UNSET and rate_per_second is not None:
         if (
@@ -108,12 +157,24 @@ def set_limits(
     max_claimed: int | None = UNSET,
     rate_per_second: float | None = UNSET,
     rate_burst: int | None = UNSET,
+    fair: bool = UNSET,
+    fair_weights: dict[str, float] = UNSET,
+    max_claimed_per_key: int | None = UNSET,
     agent: Agent | None = None,
 ) -> QueueControls:
     """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
     ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
-    burst defaults to one second's worth (at least 1). Effective from the next claim."""
-    check_limits(max_claimed=max_claimed, rate_per_second=rate_per_second, rate_burst=rate_burst)
+    burst defaults to one second's worth (at least 1). ``fair``, ``fair_weights`` and
+    ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql.py, CLAIM_NEXT). Effective
+    from the next claim."""
+    check_limits(
+        max_claimed=max_claimed,
+        rate_per_second=rate_per_second,
+        rate_burst=rate_burst,
+        fair=fair,
+        fair_weights=fair_weights,
+        max_claimed_per_key=max_claimed_per_key,
+    )
     if rate_burst is not UNSET and rate_burst is not None:
         rate = get(name, agent=agent).rate_per_second if rate_per_second is UNSET else rate_per_second
         if rate is None:
@@ -128,4 +189,10 @@ def set_limits(
         rate_per_second=None if rate_per_second is UNSET else rate_per_second,
         set_burst=rate_burst is not UNSET,
         rate_burst=None if rate_burst is UNSET else rate_burst,
+        set_fair=fair is not UNSET,
+        fair=None if fair is UNSET else fair,
+        set_fair_weights=fair_weights is not UNSET,
+        fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
+        set_max_claimed_per_key=max_claimed_per_key is not UNSET,
+        max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
     )

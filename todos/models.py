@@ -84,6 +84,8 @@ class TodoQuerySet(models.QuerySet["Todo"]):
         return self.filter(states.DEAD_LETTER.q)
 
 
+MAX_FAIR_KEY_CHARS = 200
+
 # The unique index that makes a runnable todo hold its (queue, idempotency_key): a transition that
 # revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
 RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
@@ -131,6 +133,9 @@ class Todo(models.Model):
     # When the todo may first run: its creation time unless scheduled. Claims order by (priority, run_at).
     run_at = models.DateTimeField(db_default=Now())
     priority = models.SmallIntegerField(db_default=0)
+    # Fair share (issue 22): on a fair queue, claims take keys in weighted round robin (todos/sql.py,
+    # CLAIM_NEXT); "" is a key like any other. Ignored by other queues.
+    fair_key = models.CharField(max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", db_default="")
     # While waiting (issue 20): what it waits for, as the waiter gave it (never a token). The matching
     # machinery is in Waitpoint. resolution: how the last wait ended ({by, at, data | event | todos}),
     # kept until the next wait so that the next claim reads it.
@@ -186,6 +191,16 @@ class Todo(models.Model):
             # a range run_at <= now() that stops at the first future row, so a claim never walks the future
             # (Procrastinate filters its scheduled_at after the index and re-walks them on every fetch).
             models.Index(fields=["queue", "run_at"], condition=states.SCHEDULED.q, name="todo_scheduled_due"),
+            # A fair queue's pending todos of one key in claim order (CLAIM_NEXT's fair branch). Pending rows
+            # only, so claims and completes of every queue write no entry here; a create writes one.
+            models.Index(
+                F("queue"),
+                F("fair_key"),
+                F("priority"),
+                F("run_at"),
+                condition=states.PENDING.q,
+                name="todo_fair_pending",
+            ),
             # requeue_lapsed and claim_next's lapsed-lease branch: lapsed leases in expiry order.
             models.Index(fields=["lease_expires_at"], condition=states.CLAIMED.q, name="todo_claimed_lease_expiry"),
             # A limited queue's live leases (todos_live_leases(), migration 0014): the claim statement counts
@@ -345,6 +360,13 @@ class Queue(models.Model):
     # The bucket's state, as of refilled_at (the claim refills it by the time elapsed, capped at the burst).
     tokens = models.FloatField(null=True, blank=True, editable=False)
     refilled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Fair share (issue 22): claims take the todos' fair_keys in weighted round robin (weights from
+    # fair_weights, default 1), at most max_claimed_per_key live leases per key.
+    fair = models.BooleanField(default=False, db_default=False)
+    fair_weights = models.JSONField(default=dict, db_default={}, blank=True)
+    max_claimed_per_key = models.PositiveIntegerField(null=True, blank=True)
+    # The fair round (virtual time): the start of the last key a claim took. Kept by the claim statement.
+    fair_round = models.FloatField(default=0.0, db_default=0.0, editable=False)
 
     class Meta:
         constraints = [
@@ -361,6 +383,24 @@ class Queue(models.Model):
     @property
     def limited(self) -> bool:
         return self.max_claimed is not None or self.rate_per_second is not None
+
+
+class FairKey(models.Model):
+    """One fair queue's key and its pass (virtual time): the key's next claim starts at
+    max(vtime, the queue's fair_round), and each claim adds 1/weight. Rows are written by the claim
+    statement (CLAIM_NEXT) and registered by the todo table's trigger (migration 0016) when a key gets
+    pending work on a fair queue; the claim deletes the rows of keys left with nothing pending."""
+
+    pk = models.CompositePrimaryKey("queue", "key")
+    queue = models.CharField(max_length=200)
+    key = models.CharField(max_length=MAX_FAIR_KEY_CHARS)
+    vtime = models.FloatField(default=0.0, db_default=0.0)
+
+    class Meta:
+        indexes = [models.Index(fields=["queue", "vtime", "key"], name="fair_key_walk")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.key}"
 
 
 def hash_token(token: str) -> str:
@@ -479,6 +519,9 @@ class Schedule(models.Model):
     payload = models.JSONField(default=dict, blank=True)
     priority = models.SmallIntegerField(
         default=0, validators=[MinValueValidator(PRIORITY_MIN), MaxValueValidator(PRIORITY_MAX)]
+    )
+    fair_key = models.CharField(
+        max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", help_text="On a fair queue: whose share its todos take."
     )
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."

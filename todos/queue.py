@@ -23,7 +23,16 @@ from psycopg.types.json import Jsonb
 from todos import selectors, sql, states, tracing, waitpoints
 from todos.errors import InvalidTransitionInput, QueuesForbidden, TodoConflict, TodoNotFound
 from todos.metrics import LEASE_LAPSES, TRANSITIONS, count_lapsed_claims, counted, counted_batch
-from todos.models import Agent, Todo, TodoState, glob_to_like, hash_token, new_todo_id, validate_queue_name
+from todos.models import (
+    MAX_FAIR_KEY_CHARS,
+    Agent,
+    Todo,
+    TodoState,
+    glob_to_like,
+    hash_token,
+    new_todo_id,
+    validate_queue_name,
+)
 from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 from todos.states import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN
 
@@ -130,6 +139,7 @@ def create(
     run_at: datetime | None = None,
     delay_seconds: float | None = None,
     priority: int = 0,
+    fair_key: str = "",
     traceparent: str | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future.
@@ -137,6 +147,7 @@ def create(
     False. ``priority`` orders claims, lower first.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql.py, CLAIM_NEXT).
     """
     if not isinstance(queue, str):
         raise InvalidTransitionInput("queue must be a string.", field="queue")
@@ -147,6 +158,10 @@ def create(
     if agent is not None and not agent.may_create_in(queue):
         raise InvalidTransitionInput(f"Queue {queue!r} is not in this agent's create scopes.", field="queue")
     _check_priority(priority)
+    if not isinstance(fair_key, str) or len(fair_key) > MAX_FAIR_KEY_CHARS or "\x00" in fair_key:
+        raise InvalidTransitionInput(
+            f"fair_key must be text of at most {MAX_FAIR_KEY_CHARS} characters.", field="fair_key"
+        )
     if run_at is not None and delay_seconds is not None:
         raise InvalidTransitionInput("Give run_at or delay_seconds, not both.", field="run_at")
     if run_at is not None and run_at.tzinfo is None:
@@ -167,6 +182,7 @@ def create(
         "run_at": run_at,
         "delay": delay_seconds,
         "priority": priority,
+        "fair_key": fair_key,
         "traceparent": traceparent,
     }
     with tracing.creating(traceparent, queue) as params["traceparent"]:

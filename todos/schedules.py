@@ -140,6 +140,7 @@ def _run_one(schedule_id: int, lookahead: float) -> tuple[int, int]:
                 max_attempts=schedule.max_attempts,
                 run_at=tick,
                 priority=schedule.priority,
+                fair_key=schedule.fair_key,
             )
             created += made
             schedule.last_todo_id = todo.id

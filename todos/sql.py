@@ -38,7 +38,7 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
-    progress, checkpoint, traceparent"""
+    progress, checkpoint, traceparent, fair_key"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -160,10 +160,10 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 CREATE = f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
-    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, traceparent)
+    state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority, traceparent, fair_key)
 VALUES (%(id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(event_id)s, %(idempotency_key)s,
     %(assignee)s, {_CREATED_STATE}, 0, %(max_attempts)s, '[]'::jsonb, now(), now(), {_RUN_AT}, %(priority)s,
-    %(traceparent)s)
+    %(traceparent)s, %(fair_key)s)
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {_TODO_COLUMNS}
 ),
@@ -205,7 +205,9 @@ _RETURNING_T = ", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))
 # Queue controls (issue 11), the CTEs every claim starts with. ``eligible`` is a condition on todos_queue q:
 # the queues this claim may take from. Each comes out of ``quotas`` with how many todos this claim may
 # take from it (%(limit)s for an unlimited queue; a paused queue is not there at all).
-#  * Unlimited, unpaused queues are read as before: no lock, no count, no write.
+#  * Plain queues (no limit, not keyed) are read as in wave 1: no lock, no count, no write. ``limited`` is
+#    then empty, and every branch below that only a controlled queue needs hangs off it: PostgreSQL runs
+#    none of them (issue 19: a plain queue's claim back at wave 1's cost).
 #  * A limited queue's row is locked FOR UPDATE, and a concurrent claimer of it WAITS (no SKIP LOCKED):
 #    skipping would hand it an empty list while the holder may leave slots or tokens over, and a
 #    long-poll refused that way would sleep with work claimable. The wait is one claim statement long;
@@ -215,12 +217,18 @@ _RETURNING_T = ", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))
 #    statement's snapshot is older than the claims that committed meanwhile: the live leases are counted
 #    by todos_live_leases() (migration 0014), a VOLATILE function whose query takes a fresh snapshot.
 #  * The token bucket refills by the time elapsed times the rate, capped at the burst; the claim takes at
-#    most floor(tokens), and ``bucket`` writes back what it took, in the same statement, under the lock.
-#    A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
+#    most floor(tokens), and ``queue_writeback`` writes back what it took, in the same statement, under the
+#    lock. A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
 #    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
+#  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is not locked: its claimers lock keys
+#    instead (CLAIM_NEXT's fair branch), so they run side by side.
+_KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
+
+
 def _queue_quotas(eligible: str) -> str:
     return f"""queues AS MATERIALIZED (
-    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
+        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -228,24 +236,26 @@ limited AS MATERIALIZED (
     SELECT q.name, q.max_claimed,
         CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
             + GREATEST(EXTRACT(EPOCH FROM now() - q.refilled_at)::double precision, 0) * q.rate_per_second) END
-            AS tokens
+            AS tokens,
+        queues.keyed
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
     ORDER BY q.name
     FOR UPDATE OF q
 ),
 quotas AS MATERIALIZED (
-    SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited
+    SELECT name, %(limit)s::integer AS quota, keyed FROM queues WHERE NOT limited
     UNION ALL
     -- LEAST ignores NULLs: a control that is not set does not limit.
     SELECT name, GREATEST(LEAST(%(limit)s::integer,
         CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
-        floor(tokens)::integer), 0)
+        floor(tokens)::integer), 0), keyed
     FROM limited
 )"""
 
 
-# The token bucket's write-back: ``taken`` is a query of (queue, n) for what this statement claimed.
+# The token bucket's write-back, under the queue's lock: ``taken`` is a query of (queue, n) for what this
+# statement claimed.
 def _bucket(taken: str) -> str:
     return f"""
 bucket AS (
@@ -264,7 +274,8 @@ bucket AS (
 #  * Due scheduled todos come from todo_scheduled_due, also one descent per queue: the range
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
 #  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
-#    keeps at most that many per queue across the branches, in claim order.
+#    keeps at most that many per queue across the branches, in claim order. With no limited queue among
+#    the caller's, ``chosen`` is wave 1's: the candidates in claim order.
 #  * Due retries come from todo_retry_queue_due, one descent per queue as for scheduled todos (migration
 #    0019). Lapsed leases are few (the reaper keeps them so); they come from their partial index in
 #    expiry order.
@@ -273,15 +284,54 @@ bucket AS (
 #    such a branch may wait behind a less urgent one above it; taking them by priority would mean sorting
 #    the whole branch on every claim.
 #  * Every branch locks with SKIP LOCKED, so concurrent claimers never wait for or share a row. The
-#    CTEs are MATERIALIZED and the UPDATE joins the chosen ids, so the locking scans run exactly once
-#    and never take more than %(limit)s rows (a WHERE id IN (subquery) may be re-run by the planner).
+#    CTEs are MATERIALIZED and the UPDATE takes the chosen ids as an array, so the locking scans run
+#    exactly once, never take more than %(limit)s rows, and the update is a primary-key lookup per id
+#    whatever the plan guessed (a join to chosen was once served by hashing the whole table).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
+#
+# Fair share (issue 22), on a keyed queue (fair, or max_claimed_per_key set). Each key k has a pass
+# vtime(k) in todos_fairkey; the queue has a round R (fair_round). A key's next claim starts at
+# start(k) = max(vtime(k), R): a key that was idle rejoins at the current round and banks no credit.
+# Among the pending todos of the queue's most urgent priority, the claim takes the key with the lowest
+# start (ties: the lower key, by its text), its todos in claim order; the j-th todo a claim takes from k is
+# tagged start(k) + (j - 1) / weight(k), and a batch takes the lowest tags. Afterwards
+# vtime(k) = start(k) + n / weight(k) (n: the todos taken from k). Weighted round robin: while keys stay
+# busy, k gets weight(k) / (the busy keys' weights summed) of the claims.
+#  * Priority stays global: the walk looks only at keys with pending work at the priority of the queue's
+#    most urgent pending todo (one descent of todo_pending_claim_scan), and candidates are ordered by
+#    (priority, tag). Fairness shares the queue among tenants; priority says what must go first, and an
+#    urgent todo waiting behind other tenants' routine ones would defeat it.
+#  * The walk (todos_fair_walk, migration 0016) reads todos_fairkey in (queue, vtime, key) order and
+#    stops at the first %(limit)s keys with pending work at that priority (an EXISTS on todo_fair_pending)
+#    and live leases below the cap, locking each FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers take
+#    different keys side by side, and no key's pass or count is read by two at once. The queue's row is
+#    not locked. The walk is a VOLATILE function: it must see the passes and leases that claims committed
+#    after this statement's snapshot (issue 13: a snapshot older than the lock let 21 claims through a cap
+#    of 3), and a key updated meanwhile is re-checked on its latest row, cap count included.
+#  * The keys of lapsed, due and scheduled candidates are locked the same way (todos_fair_lock_key); they
+#    compete by their key's tag and count toward its cap. A candidate whose key another claimer holds, or
+#    that is at its cap, is left.
+#  * R moves to the lowest start a claim took once it is a whole round (1) ahead, so it is written about
+#    once a round rather than by every claim (the queue's row would serialize claimers): a returning key
+#    may so start up to one round early, never more.
+#  * A claim takes at most ceil(weight(k)) todos from a key (one round's worth), also in a batch: a claimer
+#    that holds one key while others hold the rest then cannot take a whole batch from it out of turn. A
+#    batch on a queue with few keys may so bring fewer than %(limit)s.
+#  * Keys are registered by the todo table's triggers when they get pending work (migration 0016). The
+#    key of the queue's most urgent pending todo is registered by the claim if it has no row (a create that
+#    committed while the queue became fair): it is served from the next claim. A claim deletes those of the
+#    8 lowest keys below the round that have nothing pending (lossless: such a key would rejoin at the
+#    round anyway), after locking each (SKIP LOCKED: a create registering it holds it FOR KEY SHARE) and
+#    re-checking with a fresh snapshot (todos_fair_key_pending).
+#  * Plain queues run none of this: every fair CTE starts from ``fair_queues`` or the keyed ``quotas``,
+#    which are then empty.
 CLAIM_NEXT = f"""
 WITH {_queue_quotas("q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])")},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM (SELECT * FROM quotas WHERE NOT keyed) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
@@ -293,10 +343,44 @@ pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-scheduled AS MATERIALIZED (
-    SELECT s.id, s.queue, s.priority, s.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+fair_queues AS MATERIALIZED (
+    SELECT k.name, k.quota, q.fair_weights, q.key_cap, q.fair_round, head.priority AS top, head.fair_key AS head_key
+    FROM (SELECT * FROM quotas WHERE keyed AND quota > 0) k JOIN queues q ON q.name = k.name
     CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        SELECT t.priority, t.fair_key FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = k.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.priority, t.run_at NULLS FIRST
+        LIMIT 1
+    ) head
+),
+fair_register AS (
+    INSERT INTO todos_fairkey (queue, key, vtime)
+    SELECT fq.name, fq.head_key, 0 FROM fair_queues fq
+    WHERE NOT EXISTS (SELECT FROM todos_fairkey k WHERE k.queue = fq.name AND k.key = fq.head_key)
+    ON CONFLICT DO NOTHING
+),
+fair_keys AS MATERIALIZED (
+    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, ceil(weight)::integer, room) AS room FROM (
+        SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start,
+            COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight,
+            CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room
+        FROM fair_queues fq CROSS JOIN LATERAL todos_fair_walk(fq.name, fq.top, %(agent)s, fq.quota, fq.key_cap) w
+    ) k
+),
+fair_pending AS MATERIALIZED (
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM fair_keys fk CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.priority, t.run_at
+        LIMIT fk.room
+        FOR UPDATE SKIP LOCKED
+    ) p
+),
+scheduled AS MATERIALIZED (
+    SELECT s.id, s.queue, s.priority, s.run_at, s.fair_key FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
         WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         ORDER BY t.run_at
@@ -305,7 +389,7 @@ scheduled AS MATERIALIZED (
     ) s
 ),
 lapsed AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+    SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
     WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
@@ -313,9 +397,9 @@ lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
-    SELECT d.id, d.queue, d.priority, d.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    SELECT d.id, d.queue, d.priority, d.run_at, d.fair_key FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
     CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
         WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
@@ -326,35 +410,107 @@ due AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) d
 ),
+candidates AS (
+    SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+),
+-- A keyed queue's candidate keys, locked, with their start, weight and room under the cap: the walked ones,
+-- and the keys of lapsed, due and scheduled candidates.
+fair_rooms AS MATERIALIZED (
+    SELECT * FROM fair_keys
+    UNION ALL
+    SELECT k.queue, lk.key, GREATEST(lk.vtime, q.fair_round), w.weight,
+        LEAST(%(limit)s::integer, ceil(w.weight)::integer,
+            CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END)
+    FROM (
+        SELECT DISTINCT c.queue, c.fair_key FROM candidates c JOIN queues q ON q.name = c.queue AND q.keyed
+        WHERE NOT EXISTS (SELECT FROM fair_keys fk WHERE fk.queue = c.queue AND fk.key = c.fair_key)
+    ) k JOIN queues q ON q.name = k.queue
+    CROSS JOIN LATERAL todos_fair_lock_key(k.queue, k.fair_key, q.key_cap, false) lk
+    CROSS JOIN LATERAL (SELECT COALESCE((q.fair_weights ->> lk.key)::double precision, 1) AS weight) w
+),
 chosen AS MATERIALIZED (
-    SELECT id, queue FROM (
-        -- nth: the candidate's place in its queue, in claim order, so that no queue gives more than its
-        -- quota (for an unlimited queue the quota is %(limit)s and this keeps everything).
-        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth FROM (
-            SELECT * FROM pending UNION ALL SELECT * FROM scheduled
-            UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
-        ) c
-    ) candidates JOIN quotas ON quotas.name = candidates.queue
-    WHERE candidates.nth <= quotas.quota
-    ORDER BY {CLAIM_ORDER}
-    LIMIT %(limit)s
+    -- No limited or keyed queue among the caller's (a one-time filter): the candidates in claim order, as
+    -- wave 1 took them.
+    (SELECT id, queue, fair_key FROM candidates WHERE NOT EXISTS (SELECT FROM queues WHERE limited OR keyed)
+     ORDER BY {CLAIM_ORDER} LIMIT %(limit)s)
+    UNION ALL
+    -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota; in a keyed queue
+    -- the candidates go by (priority, tag), only those of keys this claim holds, no key above its room.
+    (SELECT id, queue, fair_key FROM (
+        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.priority, c.tag, c.run_at) AS nth
+        FROM (
+            SELECT c.*, r.key AS held, r.room, r.start + (c.nth_key - 1) / r.weight AS tag FROM (
+                SELECT c.*,
+                    row_number() OVER (PARTITION BY c.queue, c.fair_key ORDER BY c.priority, c.run_at) AS nth_key
+                FROM (SELECT * FROM candidates UNION ALL SELECT * FROM fair_pending) c
+                WHERE EXISTS (SELECT FROM queues WHERE limited OR keyed)
+            ) c LEFT JOIN fair_rooms r ON r.queue = c.queue AND r.key = c.fair_key
+        ) c JOIN quotas ON quotas.name = c.queue
+        WHERE NOT quotas.keyed OR (c.held IS NOT NULL AND c.nth_key <= c.room)
+    ) ranked JOIN quotas ON quotas.name = ranked.queue
+    WHERE ranked.nth <= quotas.quota
+    ORDER BY ranked.priority, ranked.tag NULLS LAST, ranked.run_at
+    LIMIT %(limit)s)
+),
+fair_taken AS MATERIALIZED (
+    SELECT r.queue, r.key, r.start, r.weight, count(*) AS n
+    FROM chosen JOIN fair_rooms r ON r.queue = chosen.queue AND r.key = chosen.fair_key
+    GROUP BY 1, 2, 3, 4
+),
+-- An UPDATE, not an upsert: a key registered by this very statement (todos_fair_lock_key, fair_register) is
+-- not in its snapshot, and an upsert of it would fail ("cannot affect row a second time"); such a key keeps
+-- pass 0 and starts at the round at its next claim as well (one turn early, once).
+fair_state AS (
+    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight
+    FROM fair_taken ft WHERE k.queue = ft.queue AND k.key = ft.key
+),
+fair_round AS (
+    UPDATE todos_queue q SET fair_round = r.round
+    FROM (SELECT queue, min(start) AS round FROM fair_taken GROUP BY queue) r
+    WHERE q.name = r.queue AND r.round >= q.fair_round + 1
+),
+-- The 8 lowest keys below the round, those of them with nothing pending (checked on these 8 only: a scan
+-- that went on until it found 8 idle keys would pass every busy key below the round).
+fair_idle AS MATERIALIZED (
+    SELECT k.queue, k.key FROM (SELECT name, fair_round FROM queues WHERE keyed) q CROSS JOIN LATERAL (
+        SELECT k.queue, k.key FROM todos_fairkey k
+        WHERE k.queue = q.name AND k.vtime <= q.fair_round
+        ORDER BY k.vtime, k.key
+        LIMIT 8
+    ) k
+    WHERE NOT EXISTS (SELECT FROM fair_rooms r WHERE r.queue = k.queue AND r.key = k.key)
+      AND NOT EXISTS (SELECT FROM todos_todo t WHERE t.queue = k.queue AND t.fair_key = k.key AND {S.PENDING.sql("t")})
+),
+fair_pruned AS (
+    DELETE FROM todos_fairkey k
+    WHERE (k.queue, k.key) IN (
+        SELECT l.queue, l.key FROM todos_fairkey l JOIN fair_idle i ON l.queue = i.queue AND l.key = i.key
+        FOR UPDATE OF l SKIP LOCKED
+    ) AND NOT todos_fair_key_pending(k.queue, k.key)
 ),
 {_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")}
 UPDATE todos_todo t SET {_CLAIM_SET}
-FROM chosen
-WHERE t.id = chosen.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING {_RETURNING_T}
 """
 
 # claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's
-# controls let one more through (the same _queue_quotas as claim_next). A concurrent claim of the same
-# row waits for the first and then re-checks the guard, so only one wins.
+# controls let one more through (the same _queue_quotas as claim_next); on a queue with
+# max_claimed_per_key, its key too, locked as claim_next locks keys (waiting for a claimer holding it). A
+# concurrent claim of the same row waits for the first and then re-checks the guard, so only one wins. A
+# claim by id is outside the round robin: it does not move the key's pass.
 _ITS_QUEUE = "q.name = (SELECT queue FROM todos_todo WHERE id = %(id)s) AND q.name LIKE ANY(%(scopes)s::text[])"
 CLAIM_ONE = f"""
 WITH {_queue_quotas(_ITS_QUEUE)},
+its_key AS MATERIALIZED (
+    SELECT t.fair_key FROM todos_todo t JOIN queues q ON q.name = t.queue
+    WHERE t.id = %(id)s AND (q.key_cap IS NULL OR EXISTS (
+        SELECT FROM todos_fair_lock_key(t.queue, t.fair_key, q.key_cap, true)))
+),
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
     WHERE t.id = %(id)s AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND {_CLAIMABLE}
+      AND EXISTS (SELECT FROM its_key)
     RETURNING {_RETURNING_T}
 ),
 {_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")}
@@ -375,11 +531,15 @@ _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
 # stale worker can never overwrite the current attempt's.
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
-    SELECT q.name, q.paused, q.max_claimed FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
+    SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
     FOR UPDATE OF q
 ),
+-- max_claimed_per_key too (issue 22): the key is locked as a claim by id locks it (todos_fair_lock_key).
 may_revive AS MATERIALIZED (
-    SELECT NOT paused AND (max_claimed IS NULL OR todos_live_leases(name) < max_claimed) AS ok FROM revival
+    SELECT NOT paused AND (max_claimed IS NULL OR todos_live_leases(name) < max_claimed)
+        AND (max_claimed_per_key IS NULL OR EXISTS (SELECT FROM todos_fair_lock_key(
+            name, (SELECT fair_key FROM todos_todo WHERE id = %(id)s), max_claimed_per_key, true))) AS ok
+    FROM revival
 )
 UPDATE todos_todo SET
     state = 'claimed',
@@ -875,7 +1035,7 @@ SELECT
 # _queue_quotas): a change holds for every process from its next claim. A limited queue's row is locked
 # by its claims for the length of one claim statement, so a change waits at most that long.
 
-_QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst"
+_QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst, fair, fair_weights, max_claimed_per_key"
 
 
 # A queue change may make many todos claimable at once, and a notification wakes one waiter per count
@@ -884,11 +1044,11 @@ _QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst"
 _QUEUE_WAKES_MAX = 1000
 
 
-def _notifying_queue(changed: str) -> str:
+def _notifying_queue(changed: str, also: str = "") -> str:
     """Like _notifying, for todos_queue: wakes as many long-polls of the queue that changed as it has
-    claimable todos (at least one, at most _QUEUE_WAKES_MAX)."""
+    claimable todos (at least one, at most _QUEUE_WAKES_MAX). ``also``: more CTEs run beside it."""
     return f"""
-WITH changed AS ({changed}),
+WITH changed AS ({changed}),{also}
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', c.name || ' ' || GREATEST(1, (
         SELECT count(*) FROM (
@@ -912,12 +1072,17 @@ UPDATE todos_queue SET paused = false WHERE name = %(name)s AND name LIKE ANY(%(
 RETURNING {_QUEUE_COLUMNS}
 """)
 
-# set limits: each control changes only if given (%(set_*)s); setting the rate or the burst starts the
-# bucket full (a change grants one burst). The burst defaults to one second's worth. Notifies: a raised
-# or removed limit may let waiters through.
-SET_QUEUE_LIMITS = _notifying_queue("""
+# set limits: each control changes only if given (%(set_*)s), fair share's three (issue 22) too; setting the
+# rate or the burst starts the bucket full (a change grants one burst). The burst defaults to one second's
+# worth. Notifies: a raised or removed limit may let waiters through.
+SET_QUEUE_LIMITS = _notifying_queue(
+    """
 UPDATE todos_queue q SET
     max_claimed = CASE WHEN %(set_max_claimed)s THEN %(max_claimed)s::integer ELSE q.max_claimed END,
+    fair = CASE WHEN %(set_fair)s THEN %(fair)s::boolean ELSE q.fair END,
+    fair_weights = CASE WHEN %(set_fair_weights)s THEN %(fair_weights)s::jsonb ELSE q.fair_weights END,
+    max_claimed_per_key = CASE WHEN %(set_max_claimed_per_key)s THEN %(max_claimed_per_key)s::integer
+        ELSE q.max_claimed_per_key END,
     rate_per_second = want.rate,
     rate_burst = want.burst,
     tokens = CASE WHEN want.rate IS NULL THEN NULL WHEN %(set_rate)s OR %(set_burst)s OR q.tokens IS NULL
@@ -932,8 +1097,20 @@ FROM todos_queue cur CROSS JOIN LATERAL (
           AS rate) r
 ) want
 WHERE q.name = %(name)s AND cur.name = q.name AND q.name LIKE ANY(%(visible)s::text[])
-RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst
-""")
+RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst, q.fair, q.fair_weights,
+    q.max_claimed_per_key
+""",
+    # A queue that becomes keyed registers the keys of its pending todos (the todo table's triggers register
+    # the keys of those to come, todos/migrations/0016). The claim also registers the key at its queue's head,
+    # so one whose create committed while this ran is served all the same.
+    also=f"""
+registered AS (
+    INSERT INTO todos_fairkey (queue, key, vtime)
+    SELECT DISTINCT t.queue, t.fair_key, 0 FROM changed c JOIN todos_todo t ON t.queue = c.name
+    WHERE (c.fair OR c.max_claimed_per_key IS NOT NULL) AND {S.PENDING.sql("t")}
+    ON CONFLICT DO NOTHING
+),""",
+)
 
 # One queue's controls (the API's answers, and a miss: absent or out of scope is not found).
 QUEUE_CONTROLS = f"""

@@ -20,6 +20,7 @@ from todos import tracing
 from todos.errors import PayloadTooLarge
 from todos.models import (
     MAX_DELAY_SECONDS,
+    MAX_FAIR_KEY_CHARS,
     MAX_QUEUE_LIMIT,
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -167,6 +168,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at",
             "run_at",
             "priority",
+            "fair_key",
             "result",
             "errors",
             "progress",
@@ -208,6 +210,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "next_retry_at": _iso(todo.next_retry_at),
             "run_at": _iso(todo.run_at),
             "priority": todo.priority,
+            "fair_key": todo.fair_key,
             "result": todo.result,
             "errors": todo.errors,
             "progress": todo.progress,
@@ -309,6 +312,9 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases at once; null: no cap")
     rate_per_second = serializers.FloatField(allow_null=True, help_text="claims a second; null: no limit")
     rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
+    fair = serializers.BooleanField(help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.DictField(child=serializers.FloatField(), help_text="key -> weight; default 1")
+    max_claimed_per_key = serializers.IntegerField(allow_null=True, help_text="live leases per key; null: no cap")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -420,6 +426,14 @@ class TodoCreateInput(StrictInput):
         help_text="Run no sooner than this many seconds from now (0 to 31,536,000). Not with run_at.",
     )
     priority = PriorityField(default=0)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="On a fair queue, the tenant (repository, customer, user) whose share of claims this todo takes.",
+    )
     traceparent = TraceparentField(required=False, allow_null=True, default=None)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -448,6 +462,9 @@ class TodoListFilter(serializers.Serializer[Any]):
     state = serializers.ChoiceField(choices=TodoState.values, required=False)
     kind = serializers.CharField(max_length=100, required=False)
     assignee = serializers.CharField(max_length=100, required=False)
+    fair_key = serializers.CharField(
+        max_length=MAX_FAIR_KEY_CHARS, required=False, allow_blank=True, trim_whitespace=False
+    )
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
 
 
@@ -597,6 +614,15 @@ class CancelInput(StrictInput):
     )
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false (BooleanField would also take "yes", 1 and "on")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be true or false.")
+        return data
+
+
 class QueueLimitsInput(StrictInput):
     """PATCH: only the controls named change; null removes one."""
 
@@ -611,10 +637,20 @@ class QueueLimitsInput(StrictInput):
         allow_null=True,
         help_text="default: one second's worth of the rate (at least 1)",
     )
+    fair = StrictBooleanField(required=False, help_text="claims take the todos' fair_keys in weighted round robin")
+    fair_weights = serializers.JSONField(
+        required=False, allow_null=True, help_text="an object from fair_key to weight (above 0; default 1)"
+    )
+    max_claimed_per_key = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
-            raise serializers.ValidationError("Give at least one of max_claimed, rate_per_second, rate_burst.")
+            raise serializers.ValidationError(
+                "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
+                "max_claimed_per_key."
+            )
         return attrs
 
 
@@ -637,6 +673,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "title",
             "payload",
             "priority",
+            "fair_key",
             "max_attempts",
             "active",
             "catch_up",

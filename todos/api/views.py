@@ -89,7 +89,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         # The caller's scopes cut the queryset before anything else: nothing outside them is listed.
         todos = Todo.objects.visible_to(caller_agent(self.request))
         filters = _valid(TodoListFilter, self.request.query_params)
-        for field in ("queue", "state", "kind", "assignee"):
+        for field in ("queue", "state", "kind", "assignee", "fair_key"):
             if field in filters:
                 todos = todos.filter(**{field: filters[field]})
         if filters.get("dead") is True:

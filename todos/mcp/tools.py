@@ -236,6 +236,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first; 0."},
     "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, an offset)."},
     "delay_seconds": {"type": "number", "minimum": 0, "description": "Not before now + this; not with run_at."},
+    "fair_key": {"type": "string", "maxLength": 200, "description": "On a fair queue: whose share of claims it takes."},
     "traceparent": {"type": "string", "description": "W3C trace context to join."},
 }
 

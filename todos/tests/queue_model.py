@@ -48,6 +48,7 @@ class ModelTodo:
     owner: str | None = None
     lease: str | None = None  # the current receipt
     errors: int = 0
+    fair_key: str = ""
     # waiting only (issue 20): what for ("token" or "todos"), the awaited todos not finished yet, what a
     # timeout does, and whether the test has made its timeout pass.
     waits: str | None = None
@@ -80,6 +81,10 @@ class QueueModel:
     todos: dict[str, ModelTodo] = field(default_factory=dict)
     queues: set[str] = field(default_factory=set)
     clock: int = 0  # orders creations and agings
+    # Fair share (issue 22): the fair queues, each registered key's pass, each fair queue's round.
+    fair: set[str] = field(default_factory=set)
+    passes: dict[tuple[str, str], float] = field(default_factory=dict)
+    rounds: dict[str, float] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)  # a token wait's token -> its todo (latest wait only)
 
     def tick(self) -> int:
@@ -124,6 +129,7 @@ class QueueModel:
         max_attempts: int,
         priority: int = 0,
         scheduled: bool = False,
+        fair_key: str = "",
     ) -> tuple[ModelTodo, bool]:
         """(the todo, created): an existing runnable holder of the key is returned instead of a new one."""
         self.queues.add(queue)
@@ -132,6 +138,7 @@ class QueueModel:
             return holder, False
         seq = self.tick()
         t = ModelTodo(todo_id, seq, queue, key, assignee, max_attempts, priority=priority, run_order=seq)
+        t.fair_key = fair_key
         if scheduled:
             t.state = "scheduled"
             t.run_order = 10**9 + seq  # far ahead: later than anything until it is made due
@@ -151,7 +158,81 @@ class QueueModel:
             candidates += sorted((t for t in here if t.state == "scheduled"), key=lambda t: t.run_order)[:limit]
         candidates += sorted((t for t in mine if t.state == "claimed"), key=lambda t: t.lapse_order)[:limit]
         candidates += sorted((t for t in mine if t.state == "failed"), key=lambda t: t.due_order)[:limit]
-        return sorted(candidates, key=lambda t: t.claim_order)[:limit]
+        if not queues & self.fair:
+            return sorted(candidates, key=lambda t: t.claim_order)[:limit]
+        return self._choose_fair(agent, queues, mine, candidates, limit)
+
+    def _start(self, queue: str, key: str) -> float:
+        return max(self.passes.get((queue, key), 0.0), self.rounds.get(queue, 0.0))
+
+    def _choose_fair(
+        self, agent: ModelAgent, queues: set[str], mine: list[ModelTodo], candidates: list[ModelTodo], limit: int
+    ) -> list[ModelTodo]:
+        """CLAIM_NEXT with a fair queue among the caller's (weights 1, no caps, one claimer): a fair queue's
+        pending todos come from the walk (keys in (pass, key) order with pending work at the queue's top
+        priority, the first ``limit`` of them, one todo each); a fair queue's candidates then go first at
+        their priority, by their key's start; at most one todo per key. Key state moves as the statement's."""
+        held: dict[tuple[str, str], float] = {}  # (queue, key) -> start
+        for t in self.todos.values():  # the triggers register every key that gets pending work
+            if t.queue in self.fair and t.state == "pending":
+                self.passes.setdefault((t.queue, t.fair_key), 0.0)
+        snapshot = dict(self.passes)  # what the statement's own reads see
+        for q in queues & self.fair:
+            pending = [t for t in mine if t.queue == q and t.state == "pending"]
+            candidates = [t for t in candidates if not (t.queue == q and t.state == "pending")]
+            if pending:
+                top = min(pending, key=lambda t: t.claim_order).priority
+                keys = sorted(
+                    {t.fair_key for t in pending if t.priority == top}, key=lambda k: (self.passes[(q, k)], k)
+                )[:limit]
+                for k in keys:
+                    held[(q, k)] = self._start(q, k)
+                    candidates.append(min((t for t in pending if t.fair_key == k), key=lambda t: t.claim_order))
+        for t in candidates:  # lapsed, due and scheduled todos of a fair queue: their keys are locked too
+            if t.queue in self.fair and (t.queue, t.fair_key) not in held:
+                self.passes.setdefault((t.queue, t.fair_key), 0.0)
+                held[(t.queue, t.fair_key)] = self._start(t.queue, t.fair_key)
+        # one per key (its first in claim order), then (priority, fair queues by start, claim order)
+        first: dict[tuple[str, str], ModelTodo] = {}
+        plain: list[ModelTodo] = []
+        for t in sorted(candidates, key=lambda t: t.claim_order):
+            if t.queue in self.fair:
+                first.setdefault((t.queue, t.fair_key), t)
+            else:
+                plain.append(t)
+        ranked = [(t.priority, 0, held[(t.queue, t.fair_key)], t.run_order, t) for t in first.values()]
+        ranked += [(t.priority, 1, 0.0, t.run_order, t) for t in plain]
+        chosen = [r[-1] for r in sorted(ranked, key=lambda r: r[:4])[:limit]]
+        self._fair_after(queues, held, chosen, snapshot)
+        return sorted(chosen, key=lambda t: t.claim_order)  # as queue.claim_next hands them back
+
+    def _fair_after(
+        self,
+        queues: set[str],
+        held: dict[tuple[str, str], float],
+        chosen: list[ModelTodo],
+        snapshot: dict[tuple[str, str], float],
+    ) -> None:
+        old_rounds = {q: self.rounds.get(q, 0.0) for q in queues & self.fair}
+        taken = {(t.queue, t.fair_key) for t in chosen if t.queue in self.fair}
+        for qk in taken:
+            if qk in snapshot:  # a key the statement registered itself keeps pass 0 (an UPDATE cannot see it)
+                self.passes[qk] = held[qk] + 1
+        for q in queues & self.fair:
+            starts = [held[qk] for qk in taken if qk[0] == q]
+            if starts and min(starts) >= old_rounds[q] + 1:
+                self.rounds[q] = min(starts)
+            # the claim forgets the keys among the 8 lowest below the round (as its snapshot saw them) that
+            # it did not hold and that have nothing pending
+            lowest = sorted(
+                (k for (qq, k), v in snapshot.items() if qq == q and v <= old_rounds[q]),
+                key=lambda k: (snapshot[(q, k)], k),
+            )[:8]
+            for k in lowest:
+                if (q, k) not in held and not any(
+                    t.queue == q and t.fair_key == k and t.state == "pending" for t in self.todos.values()
+                ):
+                    del self.passes[(q, k)]
 
     def take(self, t: ModelTodo, agent: ModelAgent, lease: str) -> None:
         if t.state == "claimed":  # a lapsed lease re-claimed before the reaper saw it

@@ -150,6 +150,9 @@ def test_pause_and_resume_by_a_managing_agent(manager, make_todo):
         "max_claimed": None,
         "rate_per_second": None,
         "rate_burst": None,
+        "fair": False,
+        "fair_weights": {},
+        "max_claimed_per_key": None,
     }
     assert Queue.objects.get(name="jobs").paused
     assert manager.post("/queues/jobs/resume/").json()["paused"] is False
@@ -202,6 +205,9 @@ def test_patch_sets_the_limits_and_answers_them(manager, make_todo):
         "max_claimed": 3,
         "rate_per_second": 20.0,
         "rate_burst": 5,
+        "fair": False,
+        "fair_weights": {},
+        "max_claimed_per_key": None,
     }
     row = Queue.objects.get(name="jobs")
     assert (row.max_claimed, row.rate_per_second, row.rate_burst, row.tokens) == (3, 20.0, 5, 5.0)

@@ -2,7 +2,8 @@
 queue_model.py side by side, and after every step compares each todo's state, attempt, dead-letter
 flag, receipt and error count, and each call's outcome class (ok / not found / conflict).
 
-Todos come with priorities and some are scheduled (issue 12): claims must follow the model's claim order,
+Todos come with priorities and some are scheduled (issue 12), and q.b is a fair queue whose todos carry fair_keys
+(issue 22): claims must follow the model's claim order,
 scheduled ones stay invisible until made due, and run now / set priority move them as the model says.
 Holders wait (issue 20) for a token or for other todos; tokens, agents and operators resolve waits,
 finishing todos resolve their waiters, and timeouts fire in the reaper.
@@ -41,6 +42,8 @@ from todos.tests.queue_model import CONFLICT, NOT_FOUND, OK, ModelAgent, QueueMo
 
 QUEUES = ["q.a", "q.b"]
 KEYS = [None, "k1", "k2"]
+FAIR_QUEUE = "q.b"  # fair share (issue 22): claims take its todos' fair_keys in turn
+FAIR_KEYS = ["", "x", "y"]
 # name -> scopes (claim and create alike): alice sees everything, bob only q.a.
 AGENTS = {"alice": ["*"], "bob": ["q.a"]}
 MISSING = "td_00000000000000000000000000000000"
@@ -63,8 +66,9 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         # Each example starts from empty tables (the test is transaction=True: rows really commit).
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_waitpoint CASCADE")
-        self.model = QueueModel()
+            cursor.execute("TRUNCATE todos_todo, todos_queue, todos_agent, todos_waitpoint, todos_fairkey CASCADE")
+            cursor.execute("INSERT INTO todos_queue (name, fair) VALUES (%s, true)", [FAIR_QUEUE])
+        self.model = QueueModel(fair={FAIR_QUEUE})
         self.spent: list[tuple[str, str, str]] = []
         self.agents: dict[str, Agent] = {}
         self.model_agents: dict[str, ModelAgent] = {}
@@ -88,9 +92,17 @@ class QueueMachine(RuleBasedStateMachine):
         max_attempts=st.sampled_from([1, 2, 2, 3]),
         priority=st.sampled_from([0, 0, -1, 1]),
         scheduled=st.sampled_from([False, False, True]),
+        fair_key=st.sampled_from(FAIR_KEYS),
     )
     def create(
-        self, queue_name: str, key: str | None, assignee: str | None, max_attempts: int, priority: int, scheduled: bool
+        self,
+        queue_name: str,
+        key: str | None,
+        assignee: str | None,
+        max_attempts: int,
+        priority: int,
+        scheduled: bool,
+        fair_key: str,
     ) -> str:
         todo, created = queue.create(
             queue=queue_name,
@@ -100,9 +112,10 @@ class QueueMachine(RuleBasedStateMachine):
             title="m",
             priority=priority,
             delay_seconds=3600 if scheduled else None,
+            fair_key=fair_key,
         )
         expected, expected_created = self.model.create(
-            todo.id, queue_name, key, assignee, max_attempts, priority, scheduled
+            todo.id, queue_name, key, assignee, max_attempts, priority, scheduled, fair_key
         )
         self.check("created", str(created), str(expected_created))
         assert todo.id == expected.id, "create returned another todo than the key's runnable holder"

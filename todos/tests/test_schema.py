@@ -29,6 +29,8 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         # queue controls and cancel (migration 0014): a limited queue's live leases; cancelled retention
         "todo_live_leases",
         "todo_cancelled_recent",
+        # fair share (migration 0016): one key's pending todos, in claim order; pending rows only
+        "todo_fair_pending",
         # waiting todos per queue (migration 0015): queue_stats() and the admin's filter; partial, so a
         # transition of any other state writes nothing to it
         "todo_waiting",
