@@ -423,9 +423,17 @@ class Worker:
         if handler is None:
             await self._fail(api, ctx, f"no handler for kind {todo.kind!r} in worker {self.name}", None)
             return
-        wake = asyncio.Event()
+        wake, stop = asyncio.Event(), asyncio.Event()
         ctx._wake = functools.partial(asyncio.get_running_loop().call_soon_threadsafe, wake.set)
-        beat = asyncio.create_task(self._heartbeat(api, ctx, wake))
+        beat = asyncio.create_task(self._heartbeat(api, ctx, wake, stop))
+
+        async def end_beat() -> None:
+            # Let a heartbeat on its way land before the outcome: it may carry the last checkpoint, and
+            # the outcome after it would make it a 409. What it has not taken, _send_report sends.
+            stop.set()
+            wake.set()
+            await asyncio.wait([beat])
+
         try:
             args = (todo, ctx) if handler.wants_context else (todo,)
             if handler.is_async:
@@ -434,9 +442,10 @@ class Worker:
                 assert threads is not None
                 result = await threads.run(lambda: handler.function(*args))
         except Release:
+            await end_beat()
             outcome = "release"
         except Wait as wait:
-            beat.cancel()
+            await end_beat()
             if ctx.lease_lost:
                 self._dropped(ctx)
             else:
@@ -444,6 +453,7 @@ class Worker:
                 await self._wait(api, ctx, wait)
             return
         except Exception as exc:  # the handler's failure becomes the todo's error
+            await end_beat()
             if ctx.lease_lost:
                 self._dropped(ctx)
                 return
@@ -509,7 +519,7 @@ class Worker:
         except SwitchboardError as exc:
             log.warning("could not fail %s (%s); its lease will lapse", ctx.todo.id, exc)
 
-    async def _heartbeat(self, api: AsyncClient, ctx: Context, wake: asyncio.Event) -> None:
+    async def _heartbeat(self, api: AsyncClient, ctx: Context, wake: asyncio.Event, stop: asyncio.Event) -> None:
         # A third of the lease: two beats can be lost before it lapses. A progress or checkpoint the
         # handler wants sent now wakes the beat early.
         interval = self.lease_seconds / 3
@@ -517,6 +527,8 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), interval)
             wake.clear()
+            if stop.is_set():
+                return
             started = time.monotonic()
             report = ctx._take()
             try:
