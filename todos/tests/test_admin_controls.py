@@ -35,7 +35,8 @@ def test_cancel_action_cancels_the_selection_and_records_the_operator(admin_clie
     }
     response = admin_client.post(reverse(CHANGELIST), data, follow=True)
     assert _messages(response) == [
-        "2 cancelled; 1 skipped: 1 done (only pending, scheduled, retry-waiting and claimed todos can be cancelled)."
+        "2 cancelled; 1 skipped: 1 done"
+        " (only pending, scheduled, waiting, retry-waiting and claimed todos can be cancelled)."
     ]
     for todo in (pending, claimed_todo):
         todo.refresh_from_db()
