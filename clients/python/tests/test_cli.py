@@ -134,8 +134,17 @@ def test_queues_list_pause_resume_limits(sb, make_agent):
     )
     assert (limits["max_claimed"], limits["rate_per_second"]) == (3, 2.5)
     shown = sb("queues", "limits", "ops.q", "--max-claimed", "none", **as_manager).stdout.splitlines()
-    assert shown[0].split() == ["QUEUE", "PAUSED", "MAX_CLAIMED", "RATE", "BURST"]
+    assert shown[0].split() == ["QUEUE", "PAUSED", "MAX_CLAIMED", "RATE", "BURST", "FAIR", "PER_KEY"]
     assert shown[1].split()[:4] == ["ops.q", "no", "-", "2.5"]
+    fair = ("--fair", "--weight", "acme/api=2", "--weight", "b=0.5", "--max-claimed-per-key", "2", "--json")
+    controls = json.loads(sb("queues", "limits", "ops.q", *fair, **as_manager).stdout)
+    assert controls["fair"] is True and controls["max_claimed_per_key"] == 2
+    assert controls["fair_weights"] == {"acme/api": 2.0, "b": 0.5}
+    assert sb("queues", "limits", "ops.q", "--weight", "noweight", code=2).stderr
+    created = json.loads(sb("todos", "create", "ops.q", "--fair-key", "acme/api", "--json").stdout)
+    assert created["fair_key"] == "acme/api"
+    listed = json.loads(sb("todos", "list", "--fair-key", "acme/api", "--json").stdout)
+    assert [t["id"] for t in listed] == [created["id"]]
     assert "forbidden" in sb("queues", "pause", "ops.q", code=1).stderr  # alice cannot manage queues
     assert sb("queues", "pause", "nope", code=3, **as_manager).stderr.startswith("switchboard: not found")
 

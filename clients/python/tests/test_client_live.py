@@ -123,6 +123,14 @@ def test_queues_are_listed_paused_resumed_and_limited(server, make_agent):
         cleared = client.set_limits("ops.q", max_claimed=None)
         assert cleared.max_claimed is None and cleared.rate_per_second == 5.0
         assert client.queue("ops.q").rate_per_second == 5.0
+        fair = client.set_limits("ops.q", fair=True, fair_weights={"big": 3}, max_claimed_per_key=1)
+        assert fair.fair and fair.fair_weights == {"big": 3.0} and fair.max_claimed_per_key == 1
+        assert fair.rate_per_second == 5.0  # the settings not given stay
+        for key in ("big", "big", "small"):
+            client.create("ops.q", fair_key=key)
+        assert [t.fair_key for t in client.list_todos(fair_key="big").items] == ["big", "big"]
+        claimed = client.claim(["ops.q"], limit=10)  # one lease per key at most
+        assert sorted(t.fair_key for t in claimed) == ["", "big", "small"]
         assert client.schedules() == []
 
 

@@ -141,6 +141,7 @@ def create(
     delay_seconds: float | None = None,
     priority: int | None = None,
     traceparent: str | None = None,
+    fair_key: str | None = None,
 ) -> Call[CreatedTodo]:
     body = _given(
         queue=queue,
@@ -155,6 +156,7 @@ def create(
         delay_seconds=delay_seconds,
         priority=priority,
         traceparent=traceparent,
+        fair_key=fair_key,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
@@ -176,10 +178,13 @@ def list_todos(
     kind: str | None = None,
     assignee: str | None = None,
     dead: bool | None = None,
+    fair_key: str | None = None,
     page_size: int | None = None,
     cursor: str | None = None,
 ) -> Call[Page[Todo]]:
-    params = _given(queue=queue, state=state, kind=kind, assignee=assignee, page_size=page_size, cursor=cursor)
+    params = _given(
+        queue=queue, state=state, kind=kind, assignee=assignee, fair_key=fair_key, page_size=page_size, cursor=cursor
+    )
     if dead is not None:
         params["dead"] = "true" if dead else "false"
     return Call("todos_list", "GET", "todos/", _page(Todo.from_json), params=params)
@@ -393,9 +398,21 @@ def set_limits(
     max_claimed: int | _Unset | None = UNSET,
     rate_per_second: float | _Unset | None = UNSET,
     rate_burst: int | _Unset | None = UNSET,
+    fair: bool | _Unset = UNSET,
+    fair_weights: Mapping[str, float] | _Unset | None = UNSET,
+    max_claimed_per_key: int | _Unset | None = UNSET,
 ) -> Call[QueueControls]:
-    """Only the limits given change; None removes one."""
-    limits = {"max_claimed": max_claimed, "rate_per_second": rate_per_second, "rate_burst": rate_burst}
+    """Only the settings given change; None removes a limit. ``fair``: claims take the todos' fair_keys
+    in weighted round robin (``fair_weights``: key -> weight, default 1; ``max_claimed_per_key``: live
+    leases per key)."""
+    limits = {
+        "max_claimed": max_claimed,
+        "rate_per_second": rate_per_second,
+        "rate_burst": rate_burst,
+        "fair": fair,
+        "fair_weights": dict(fair_weights) if isinstance(fair_weights, Mapping) else fair_weights,
+        "max_claimed_per_key": max_claimed_per_key,
+    }
     body = {k: v for k, v in limits.items() if v is not UNSET}
     return Call("queues_limit", "PATCH", f"queues/{_queue_path(name)}/", QueueControls.from_json, body)
 

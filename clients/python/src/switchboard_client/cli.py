@@ -106,6 +106,8 @@ CONTROL_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("MAX_CLAIMED", lambda q: q.max_claimed),
     ("RATE", lambda q: q.rate_per_second),
     ("BURST", lambda q: q.rate_burst),
+    ("FAIR", lambda q: q.fair),
+    ("PER_KEY", lambda q: q.max_claimed_per_key),
 ]
 EVENT_COLUMNS: list[tuple[str, Callable[[Any], Any]]] = [
     ("ID", lambda e: e.id),
@@ -153,6 +155,16 @@ def _json_arg(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not JSON ({exc})") from exc
 
 
+def _weight_arg(text: str) -> tuple[str, float]:
+    key, sep, weight = text.rpartition("=")
+    try:
+        if sep and key:
+            return key, float(weight)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError("KEY=WEIGHT, e.g. acme/api=2")
+
+
 def _limit_arg(text: str) -> float | None:
     if text.lower() in ("none", "off", "null"):
         return None
@@ -184,6 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state", choices=["scheduled", "pending", "claimed", "waiting", "failed", "done", "cancelled"])
     p.add_argument("--kind")
     p.add_argument("--assignee")
+    p.add_argument("--fair-key")
     p.add_argument("--dead", action=argparse.BooleanOptionalAction, default=None, help="dead-letters only (or none)")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p = command(todos, "get", "one todo")
@@ -202,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--delay", type=float, dest="delay_seconds", help="seconds from now")
     p.add_argument("--priority", type=int, help="-100..100, lower first")
     p.add_argument("--traceparent", help="W3C trace context: the todo's spans join this trace")
+    p.add_argument("--fair-key", help="on a fair queue, the tenant whose share of claims it takes")
     p = command(todos, "wait", "hand a claimed todo back to wait for todos, an event or a token")
     p.add_argument("id")
     p.add_argument("--lease", required=True, dest="lease_id", help="the claim's lease_id")
@@ -235,6 +249,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-claimed", type=_limit_arg, default=UNSET)
     p.add_argument("--rate", type=_limit_arg, default=UNSET, help="claims a second")
     p.add_argument("--burst", type=_limit_arg, default=UNSET)
+    p.add_argument("--fair", action=argparse.BooleanOptionalAction, default=UNSET, help="share claims by fair_key")
+    p.add_argument("--weight", action="append", type=_weight_arg, dest="weights", help="KEY=WEIGHT; repeat")
+    p.add_argument("--max-claimed-per-key", type=_limit_arg, default=UNSET, help="live leases per fair_key")
 
     events = command(commands, "events", "webhook events: list, read, replay").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -302,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
     if args.action == "list":
-        filters = {k: getattr(args, k) for k in ("queue", "state", "kind", "assignee", "dead")}
+        filters = {k: getattr(args, k) for k in ("queue", "state", "kind", "assignee", "dead", "fair_key")}
         rows: list[Todo] = []
         for todo in client.iter_todos(**filters, page_size=min(max(args.limit, 1), 500)):
             if len(rows) >= args.limit:
@@ -313,7 +330,7 @@ def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
         out.one(client.get(args.id, wait_seconds=args.wait_seconds))
     elif args.action == "create":
         fields = ("kind", "title", "payload", "source", "idempotency_key", "assignee", "max_attempts", "run_at")
-        extra = ("delay_seconds", "priority", "traceparent")
+        extra = ("delay_seconds", "priority", "traceparent", "fair_key")
         created = client.create(args.queue, **{k: getattr(args, k) for k in (*fields, *extra)})
         verb = "created" if created.created else "exists"
         out.one(created, f"{verb} {created.id} ({created.state}) in {created.queue}")
@@ -352,12 +369,21 @@ def _queues(client: Client, args: argparse.Namespace, out: Output) -> int:
     elif args.action == "resume":
         controls = client.resume(args.name)
     else:
-        limits = {"max_claimed": args.max_claimed, "rate_per_second": args.rate, "rate_burst": args.burst}
-        if all(v is UNSET for v in limits.values()):
+        limits = {
+            "max_claimed": args.max_claimed,
+            "rate_per_second": args.rate,
+            "rate_burst": args.burst,
+            "max_claimed_per_key": args.max_claimed_per_key,
+        }
+        settings: dict[str, Any] = {
+            k: (int(v) if isinstance(v, float) and k != "rate_per_second" else v) for k, v in limits.items()
+        }
+        settings["fair"] = args.fair
+        settings["fair_weights"] = dict(args.weights) if args.weights else UNSET
+        if all(v is UNSET for v in settings.values()):
             controls = client.queue(args.name)
         else:
-            ints = {k: (int(v) if isinstance(v, float) and k != "rate_per_second" else v) for k, v in limits.items()}
-            controls = client.set_limits(args.name, **ints)
+            controls = client.set_limits(args.name, **settings)
     out.rows([controls], CONTROL_COLUMNS) if not out.as_json else out.one(controls)
     return OK
 

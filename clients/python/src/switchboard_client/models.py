@@ -73,6 +73,8 @@ class Todo(Model):
     next_retry_at: datetime | None
     run_at: datetime | None
     priority: int
+    #: On a fair queue, the tenant whose share of claims it takes ("" when none).
+    fair_key: str
     result: JSON
     errors: list[dict[str, JSON]]
     #: {percent, message, at} from the holder's last heartbeat that carried it.
@@ -158,6 +160,10 @@ class QueueControls(Model):
     max_claimed: int | None
     rate_per_second: float | None
     rate_burst: int | None
+    #: Claims take the todos' fair_keys in weighted round robin (``fair_weights``: key -> weight, default 1).
+    fair: bool
+    fair_weights: dict[str, float]
+    max_claimed_per_key: int | None
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,7 @@ class Schedule(Model):
     title: str
     payload: JSON
     priority: int
+    fair_key: str
     max_attempts: int | None
     active: bool
     catch_up: str
