@@ -145,6 +145,8 @@ def test_queues_list_pause_resume_limits(sb, make_agent):
     assert created["fair_key"] == "acme/api"
     listed = json.loads(sb("todos", "list", "--fair-key", "acme/api", "--json").stdout)
     assert [t["id"] for t in listed] == [created["id"]]
+    after = sb("todos", "create", "ops.q", "--depends-on", created["id"], "--on-dependency-failure", "run").stdout
+    assert after.startswith("created td_") and "(waiting)" in after
     assert "forbidden" in sb("queues", "pause", "ops.q", code=1).stderr  # alice cannot manage queues
     assert sb("queues", "pause", "nope", code=3, **as_manager).stderr.startswith("switchboard: not found")
 

@@ -13,7 +13,7 @@ from switchboard_client import AsyncClient, Client, _api, errors, models
 pytestmark = pytest.mark.django_db
 
 # Placeholder arguments for a builder's required parameters, by name: a path segment "X".
-_ARGS = {"items": [], "priority": 0, "lease_id": "ls_X", "timeout_seconds": 60}
+_ARGS = {"items": [], "todos": [], "priority": 0, "lease_id": "ls_X", "timeout_seconds": 60}
 # Keywords a builder needs beyond its required ones: a wait waits for exactly one thing.
 _CHOICES = {"todos_wait": {"token": True}}
 
@@ -118,7 +118,14 @@ def test_every_object_the_api_answers_with_has_a_model(spec):
                 if ref:
                     answered.add(ref.rsplit("/", 1)[1])
     # Envelopes the client unwraps into lists and pages of the modelled objects.
-    envelopes = {"Claimed", "QueueList", "ScheduleList", "BatchCompleteResult", "PaginatedTodoList"}
+    envelopes = {
+        "Claimed",
+        "QueueList",
+        "ScheduleList",
+        "BatchCompleteResult",
+        "BatchCreateResult",
+        "PaginatedTodoList",
+    }
     envelopes |= {"PaginatedEventSummaryList"}
     assert answered - envelopes <= modelled, sorted(answered - envelopes - modelled)
     for envelope in envelopes & answered:

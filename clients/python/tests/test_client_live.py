@@ -14,6 +14,7 @@ from switchboard_client import (
     Client,
     Conflict,
     CreatedTodo,
+    CreateOutcome,
     Forbidden,
     Invalid,
     NotFound,
@@ -287,3 +288,31 @@ def test_an_event_wait_is_resolved_by_an_agent_or_times_out_into_a_failure(serve
     with Client(server.base, agent.token) as client:
         timed_out = client.get(todo_id)
     assert timed_out.state == "failed" and timed_out.resolution["timed_out"]
+
+
+def test_a_batch_creates_todos_that_depend_on_each_other_all_or_nothing(client):
+    outcomes = client.create_many(
+        [
+            {"queue": "deps", "kind": "lint", "idempotency_key": "lint"},
+            {"queue": "deps", "kind": "test"},
+            {"queue": "deps", "kind": "merge", "depends_on_index": [0, 1], "on_dependency_failure": "run"},
+        ]
+    )
+    assert all(isinstance(o, CreateOutcome) and o.created for o in outcomes)
+    assert [o.state for o in outcomes] == ["pending", "pending", "waiting"]
+    lint, test, merge = (o.id for o in outcomes)
+    again = client.create_many([{"queue": "deps", "kind": "lint", "idempotency_key": "lint"}])
+    assert again[0].id == lint and again[0].status == 200 and not again[0].created
+    with pytest.raises(Invalid) as invalid:
+        client.create_many([{"queue": "deps"}, {"queue": "deps", "priority": 1000}])
+    assert "todos.1.priority" in invalid.value.fields
+    after = client.create("deps", kind="deploy", depends_on=[merge])
+    assert after.state == "waiting" and [d.id for d in after.dependencies] == [merge]
+    for todo in client.claim(["deps"], limit=10):
+        client.complete(todo, result={"kind": todo.kind})
+    waiting = client.get(merge)
+    assert waiting.state == "pending" and waiting.on_dependency_failure == "run"
+    assert [(d.id, d.state, d.result) for d in waiting.dependencies] == [
+        (lint, "done", {"kind": "lint"}),
+        (test, "done", {"kind": "test"}),
+    ]

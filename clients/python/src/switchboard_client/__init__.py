@@ -20,6 +20,8 @@ from switchboard_client.errors import (
 from switchboard_client.models import (
     BatchOutcome,
     CreatedTodo,
+    CreateOutcome,
+    Dependency,
     ErrorBody,
     Event,
     EventSummary,
@@ -45,7 +47,9 @@ __all__ = [
     "Client",
     "Conflict",
     "Context",
+    "CreateOutcome",
     "CreatedTodo",
+    "Dependency",
     "ErrorBody",
     "Event",
     "EventSummary",

@@ -16,6 +16,7 @@ from switchboard_client.models import (
     JSON,
     BatchOutcome,
     CreatedTodo,
+    CreateOutcome,
     Event,
     EventSummary,
     Page,
@@ -141,6 +142,8 @@ def create(
     delay_seconds: float | None = None,
     priority: int | None = None,
     traceparent: str | None = None,
+    depends_on: Iterable[Todo | str] | None = None,
+    on_dependency_failure: str | None = None,
     fair_key: str | None = None,
 ) -> Call[CreatedTodo]:
     body = _given(
@@ -156,10 +159,30 @@ def create(
         delay_seconds=delay_seconds,
         priority=priority,
         traceparent=traceparent,
+        depends_on=[_id(t) for t in depends_on] if depends_on is not None else None,
+        on_dependency_failure=on_dependency_failure,
         fair_key=fair_key,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
+
+
+@operation("todos_create_many")
+def create_many(todos: Iterable[Mapping[str, Any]]) -> Call[list[CreateOutcome]]:
+    """Up to 1,000 creates in one transaction, each a mapping of ``create``'s arguments (``queue`` and the
+    keywords) plus ``depends_on`` (todo ids) or ``depends_on_index`` (earlier items of this batch), and
+    ``on_dependency_failure``. All or nothing: an invalid item raises Invalid naming ``todos.<i>.<field>``."""
+    items = [_given(**item) for item in todos]
+    # Resent after a 503 (the transaction rolled back) only when every item has an idempotency key.
+    keyed = all(item.get("idempotency_key") for item in items)
+    return Call(
+        "todos_create_many",
+        "POST",
+        "todos/batch/",
+        lambda data: [CreateOutcome.from_json(o) for o in data["outcomes"]],
+        {"todos": items},
+        retry=Retry.ON_UNAVAILABLE if keyed else Retry.UNSENT_ONLY,
+    )
 
 
 @operation("todos_retrieve")

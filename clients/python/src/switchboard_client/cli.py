@@ -216,6 +216,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, help="-100..100, lower first")
     p.add_argument("--traceparent", help="W3C trace context: the todo's spans join this trace")
     p.add_argument("--fair-key", help="on a fair queue, the tenant whose share of claims it takes")
+    p.add_argument("--depends-on", action="append", help="a todo id that must finish first; repeat for more")
+    p.add_argument("--on-dependency-failure", choices=["cancel", "run"])
     p = command(todos, "wait", "hand a claimed todo back to wait for todos, an event or a token")
     p.add_argument("id")
     p.add_argument("--lease", required=True, dest="lease_id", help="the claim's lease_id")
@@ -330,7 +332,7 @@ def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
         out.one(client.get(args.id, wait_seconds=args.wait_seconds))
     elif args.action == "create":
         fields = ("kind", "title", "payload", "source", "idempotency_key", "assignee", "max_attempts", "run_at")
-        extra = ("delay_seconds", "priority", "traceparent", "fair_key")
+        extra = ("delay_seconds", "priority", "traceparent", "fair_key", "depends_on", "on_dependency_failure")
         created = client.create(args.queue, **{k: getattr(args, k) for k in (*fields, *extra)})
         verb = "created" if created.created else "exists"
         out.one(created, f"{verb} {created.id} ({created.state}) in {created.queue}")

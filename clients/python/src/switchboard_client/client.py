@@ -141,6 +141,7 @@ class Client(_Base):
             attempt += 1
 
     create = _sync(_api.create)
+    create_many = _sync(_api.create_many)
     get = _sync(_api.get)
     list_todos = _sync(_api.list_todos)
     set_priority = _sync(_api.set_priority)
@@ -219,6 +220,7 @@ class AsyncClient(_Base):
             attempt += 1
 
     create = _async(_api.create)
+    create_many = _async(_api.create_many)
     get = _async(_api.get)
     list_todos = _async(_api.list_todos)
     set_priority = _async(_api.set_priority)

@@ -86,14 +86,50 @@ class Todo(Model):
     updated_at: datetime | None
     claimed_at: datetime | None
     completed_at: datetime | None
+    #: A dependency that dead-letters or is cancelled: "cancel" this todo too, or "run" it.
+    on_dependency_failure: str | None
+    #: The todos it depends on, in the order given, each with its state and result.
+    dependencies: list[Dependency]
     #: While waiting: what it waits for ({"todos": [...]}, {"event": {...}} or {"token": true}).
     waiting_for: JSON
     #: How its last wait ended: {by, at, data | event | todos | timed_out}.
     resolution: JSON
 
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        todo = super().from_json(data)
+        return dataclasses.replace(todo, dependencies=[Dependency.from_json(d) for d in data.get("dependencies") or []])
+
     @property
     def finished(self) -> bool:
         return self.state in ("done", "cancelled") or self.dead_letter
+
+
+@dataclass(frozen=True)
+class Dependency(Model):
+    """A todo another depends on, as it is now (``state`` None: retention removed it)."""
+
+    schema: ClassVar[str] = "Dependency"
+    id: str
+    state: str | None
+    dead_letter: bool
+    result: JSON
+    #: Past the size of results listed with the dependent: GET this todo for its result.
+    result_truncated: bool | None = None
+
+
+@dataclass(frozen=True)
+class CreateOutcome(Model):
+    """One item of a batch create: ``status`` 201 created, 200 the runnable todo holding its idempotency key."""
+
+    schema: ClassVar[str] = "BatchCreateOutcome"
+    status: int
+    id: str
+    state: str
+
+    @property
+    def created(self) -> bool:
+        return self.status == 201
 
 
 @dataclass(frozen=True)
