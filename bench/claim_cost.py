@@ -5,7 +5,7 @@
     .venv/bin/python bench/claim_cost.py --variants         # also limited, rate-limited, scheduled-beside queues
 
 Wave 1's CLAIM_NEXT and COMPLETE run on wave 1's own schema: its tree (WAVE1, from git) is extracted to
-bench/out/, migrated into its own scratch database, and its statements are read from its todos/sql/.
+bench/out/, migrated into its own scratch database, and its statements are read from its todos/sql.py.
 Today's run on today's schema. Both tables are seeded with the same plain backlog before every run, and the
 rows run in rounds (every row once per round), so a busy minute on a shared machine lands on one run of
 each row. Each figure is the median of --runs runs, in claim+complete cycles/s:
@@ -88,7 +88,7 @@ def wave1_version(server: h.PgServer) -> Version:
 
 
 def statements_at(commit: str) -> tuple[str, str]:
-    """CLAIM_NEXT and COMPLETE as todos/sql/ had them at ``commit``."""
+    """CLAIM_NEXT and COMPLETE as todos.sql had them at ``commit`` (a module then, a package now)."""
     tree = wave1_tree(commit)
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
