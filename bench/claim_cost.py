@@ -18,7 +18,8 @@ The ratio is today / wave 1 at the same clients; the target is 0.9 on plain queu
 
 On a fair queue (``--fair``) today's pgbench script runs what queue.claim_next runs there: CLAIM_NEXT (which
 takes nothing and answers a row of NULLs when a keyed queue is eligible), then CLAIM_NEXT_FAIR. ``--before``
-takes several commits: e.g. main before fair share (8fe7e5c) and with it in one statement (6a65444).
+takes several commits: e.g. main before fair share (8fe7e5c) and with it in one statement (6a65444);
+``--before-claim`` the same with today's COMPLETE, when the complete changed too (issue 20's dependency hook).
 """
 
 from __future__ import annotations
@@ -299,6 +300,12 @@ def main() -> None:
         "change, one run)",
     )
     parser.add_argument(
+        "--before-claim",
+        default="",
+        help="also these commits' CLAIM_NEXT with today's COMPLETE on today's schema: the claim's cost alone, when "
+        "the complete changed too",
+    )
+    parser.add_argument(
         "--without-index",
         default="",
         help="also today's statements on a copy of today's schema without this index (what one index costs)",
@@ -324,6 +331,9 @@ def main() -> None:
     for commit in filter(None, args.before.split(",")):
         claim, complete = statements_at(commit)
         versions.append(Version(f"today's schema, {commit}'s statements", today_url, claim, complete, True))
+    for commit in filter(None, args.before_claim.split(",")):
+        claim, _ = statements_at(commit)
+        versions.append(Version(f"{commit}'s claim, today's complete", today_url, claim, today.complete, True))
     if args.without_index:
         url = server.create_database(h.scratch_db("claimcost_without"))
         h.migrate(url)

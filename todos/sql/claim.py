@@ -73,6 +73,7 @@ limited AS MATERIALIZED (
             AS tokens
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
+      AND NOT {_KEYED}  -- and fair share set meanwhile: its caps are CLAIM_NEXT_FAIR's to keep
       AND {_NO_KEYED}
     ORDER BY q.name
     FOR UPDATE OF q
