@@ -158,7 +158,9 @@ NOTES = {
     "claims for them; queue.claim_next runs this one only when CLAIM_NEXT says a keyed queue is eligible).",
     "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
     "claim pays before CLAIM_NEXT_FAIR: the queue row, read as for any claim, is keyed, so ``quotas`` and "
-    "``limited`` are empty, no todo is read or locked, and the statement answers its row of NULLs.",
+    "``limited`` are empty, no todo is locked, and the statement answers its row of NULLs. Its buffers are the "
+    "lapsed branch's walk of the lapsed leases in expiry order (every claim of these queues walks it, see "
+    "below): with nothing to match it reads all 500 here, few while the reaper keeps them few.",
     "cancel (one id)": "One row by primary key; the NOTIFY wakes waiters of a queue whose slot it freed.",
     "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
     "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "

@@ -191,9 +191,6 @@ lapsed AS MATERIALIZED (
     SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
     WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-      -- a one-time filter: with no quota (a keyed queue eligible, or every limited one full) the walk of the
-      -- lapsed leases, which may step over other queues' ones, is not started
-      AND EXISTS (SELECT FROM quotas WHERE quota > 0)
     ORDER BY t.lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
