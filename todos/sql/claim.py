@@ -51,15 +51,15 @@ _CLAIM_SET = f"""
 #    instead (CLAIM_NEXT_FAIR), so they run side by side. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair
 #    settings (``fair``); the plain CLAIM_NEXT reads what it read before fair share, plus ``keyed``.
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
-# The plain claim (CLAIM_NEXT, CLAIM_ONE) takes nothing, and locks no queue row, when a keyed queue is among
-# the caller's: a one-time filter over ``queues``, which it reads anyway.
+# The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
+# caller's: a one-time filter over ``queues``, which it reads anyway.
 _NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed)"
 
 
 def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
-    """The queue controls' CTEs: for CLAIM_NEXT_FAIR (``fair``) every eligible queue, keyed ones with their
-    fair settings; for the plain statements, what wave 1's claim plus the controls read, and nothing at all
-    when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
+    """The queue controls' CTEs: for CLAIM_NEXT_FAIR and CLAIM_ONE (``fair``) every eligible queue, keyed
+    ones with their fair settings; for the plain CLAIM_NEXT, what a claim read before fair share, and nothing
+    at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
     if not fair:
         return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed
@@ -156,7 +156,6 @@ bucket AS (
 #    whatever the plan guessed (a join to chosen was once served by hashing the whole table).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
-#
 _CALLERS = "q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])"
 # The row that tells queue.claim_next to run CLAIM_NEXT_FAIR: every column NULL (a claimed todo's id never is).
 _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
@@ -446,10 +445,13 @@ RETURNING {_RETURNING_T}
 """
 
 # claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's
-# controls let one more through (the same _queue_quotas as claim_next); on a queue with
-# max_claimed_per_key, its key too, locked as claim_next locks keys (waiting for a claimer holding it). A
-# concurrent claim of the same row waits for the first and then re-checks the guard, so only one wins. A
-# claim by id is outside the round robin: it does not move the key's pass.
+# controls let one more through (the same _queue_quotas as CLAIM_NEXT_FAIR); on a queue with
+# max_claimed_per_key, its key too, locked as CLAIM_NEXT_FAIR locks keys (waiting for a claimer holding it).
+# Guard: _CLAIMABLE on the row; lock: the row's (the UPDATE) and a limited queue's; index: the primary key.
+# A concurrent claim of the same row waits for the first and then re-checks the guard, so only one wins. A
+# claim by id is outside the round robin: it does not move the key's pass. On any other queue it reads no
+# more than before fair share: the todo's key is looked up (a second read of its row) only when key_cap is
+# set.
 _ITS_QUEUE = "q.name = (SELECT queue FROM todos_todo WHERE id = %(id)s) AND q.name LIKE ANY(%(scopes)s::text[])"
 CLAIM_ONE = f"""
 WITH {_queue_quotas(_ITS_QUEUE, fair=True)},

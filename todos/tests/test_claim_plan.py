@@ -135,3 +135,15 @@ def test_a_claim_on_a_fair_queue_takes_nothing_in_the_plain_statement_and_then_r
     assert ran[:2] == [sql.CLAIM_NEXT, sql.CLAIM_NEXT_FAIR]
     # Priority is global across a scope of a plain and a fair queue.
     assert [t.id for t in todos] == [urgent.id]
+
+
+def test_a_claim_by_id_on_a_plain_queue_never_runs_the_key_lookup(agent, make_todo):
+    todo = make_todo("plain.q")
+    params = {"id": todo.id, "scopes": ["%"], "agent": agent.name, "owner": "a", "limit": 1, "lease_seconds": 60.0}
+    plan = _explain_analyze(sql.CLAIM_ONE, params)
+    # Two reads of the row, as before fair share: its queue (to find the queue's controls) and the update.
+    reads = [line for line in plan.splitlines() if re.search(r"Scan .*on todos_todo ", line)]
+    assert len([line for line in reads if "never executed" not in line]) == 2, plan
+    [lookup] = [line for line in plan.splitlines() if "todos_fair_lock_key" in line]
+    assert "never executed" in lookup, plan
+    assert re.search(r"CTE claimed\n.*actual rows=1", plan), plan
