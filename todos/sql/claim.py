@@ -157,6 +157,15 @@ bucket AS (
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
 _CALLERS = "q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])"
+# The batch size where it bounds a scan or a sort, hidden from the planner behind a sub-select. The claims are
+# prepared once per connection (todos/rows.py), but the plan cache still plans a prepared statement afresh on
+# every call while its custom plans (made knowing the parameters) cost less than its generic plan, and a
+# custom plan that knew LIMIT 1 costed the bounded sort of ``chosen`` about 3,600 units below the generic
+# plan's: every claim was planned again, and planning cost more than running (issue 22's profile: a fair claim
+# at 10,000 keys ~1.1 ms run, ~3.5 ms planned, its CLAIM_NEXT ~0.9 ms run, ~1.5 ms planned, on a loaded
+# machine). Unknown to every plan alike, the value costs the custom plans no less, and the plan cache keeps the
+# generic plan after its five trials (todos/tests/test_claim_plan.py). The executor still bounds the sort.
+_LIMIT = "(SELECT %(limit)s::integer)"
 # The row that tells queue.claim_next to run CLAIM_NEXT_FAIR: every column NULL (a claimed todo's id never is).
 _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
 CLAIM_NEXT = f"""
@@ -191,7 +200,7 @@ lapsed AS MATERIALIZED (
     WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
-    LIMIT %(limit)s
+    LIMIT {_LIMIT}
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
@@ -215,7 +224,7 @@ chosen AS MATERIALIZED (
     -- No limited queue among the caller's (a one-time filter): the candidates in claim order, as wave 1
     -- took them.
     (SELECT id, queue FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
-     ORDER BY {CLAIM_ORDER} LIMIT %(limit)s)
+     ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota.
     (SELECT id, queue FROM (
@@ -224,7 +233,7 @@ chosen AS MATERIALIZED (
     ) ranked JOIN quotas ON quotas.name = ranked.queue
     WHERE ranked.nth <= quotas.quota
     ORDER BY {S.claim_order_sql("ranked")}
-    LIMIT %(limit)s)
+    LIMIT {_LIMIT})
 ),
 {_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
 claimed AS (
@@ -343,7 +352,7 @@ lapsed AS MATERIALIZED (
     WHERE {S.RECLAIMABLE.sql("t")}
       AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
     ORDER BY t.lease_expires_at
-    LIMIT %(limit)s
+    LIMIT {_LIMIT}
     FOR UPDATE SKIP LOCKED
 ),
 due AS MATERIALIZED (
@@ -382,7 +391,7 @@ chosen AS MATERIALIZED (
     -- No limited or keyed queue among the caller's (a one-time filter): the candidates in claim order, as
     -- wave 1 took them.
     (SELECT id, queue, fair_key FROM candidates WHERE NOT EXISTS (SELECT FROM queues WHERE limited OR keyed)
-     ORDER BY {CLAIM_ORDER} LIMIT %(limit)s)
+     ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota; in a keyed queue
     -- the candidates go by (priority, tag), only those of keys this claim holds, no key above its room.
@@ -400,7 +409,7 @@ chosen AS MATERIALIZED (
     ) ranked JOIN quotas ON quotas.name = ranked.queue
     WHERE ranked.nth <= quotas.quota
     ORDER BY ranked.priority, ranked.tag NULLS LAST, ranked.run_at
-    LIMIT %(limit)s)
+    LIMIT {_LIMIT})
 ),
 fair_taken AS MATERIALIZED (
     SELECT r.queue, r.key, r.start, r.weight, count(*) AS n

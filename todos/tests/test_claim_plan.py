@@ -147,3 +147,36 @@ def test_a_claim_by_id_on_a_plain_queue_never_runs_the_key_lookup(agent, make_to
     [lookup] = [line for line in plan.splitlines() if "todos_fair_lock_key" in line]
     assert "never executed" in lookup, plan
     assert re.search(r"CTE claimed\n.*actual rows=1", plan), plan
+
+
+def test_the_claim_statements_are_planned_once_per_connection_not_on_every_claim(agent, make_todo):
+    """Issue 22's profile: the plan cache planned the prepared claims afresh on every call (a custom plan that
+    knew LIMIT 1 looked cheaper than the generic one), and planning cost more than running: two plannings per
+    fair claim. After its five trials it keeps the generic plan, on plain and fair queues alike."""
+    make_todo("plain.q")
+    make_todo("fair.q")
+    controls.set_limits("fair.q", fair=True)
+    with connection.cursor() as cursor:  # a backlog, whose size the plans' costs scale with
+        cursor.execute(
+            """
+            INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts, errors,
+                                    created_at, updated_at, run_at, priority, fair_key)
+            SELECT 'td_' || q || i, q, '', '', '', '{}', 'pending', 0, 5, '[]', now(), now(), now(), 0,
+                   'k' || mod(i, 100)
+            FROM generate_series(1, 20000) i CROSS JOIN unnest(ARRAY['plain.q', 'fair.q']) q
+            """
+        )
+        cursor.execute("ANALYZE todos_todo")
+    for _ in range(8):
+        assert queue.claim_next(agent=agent, queues=["plain.q"])
+        assert queue.claim_next(agent=agent, queues=["fair.q"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement LIKE '%%fair_register AS%%', generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%NOT EXISTS (SELECT FROM queues k WHERE k.keyed)%%' "
+            "OR statement LIKE '%%fair_register AS%%'"
+        )
+        plans = {fair: (generic, custom) for fair, generic, custom in cursor.fetchall()}
+    assert set(plans) == {False, True}, plans  # CLAIM_NEXT (16 runs) and CLAIM_NEXT_FAIR (8), both prepared
+    for generic, custom in plans.values():
+        assert custom <= 5 and generic >= 3, plans
