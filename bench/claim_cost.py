@@ -97,20 +97,26 @@ def wave1_version(server: h.PgServer) -> Version:
     return Version(f"wave 1 ({WAVE1})", url, claim, complete, today=False)
 
 
-def statements_at(commit: str) -> tuple[str, str]:
-    """CLAIM_NEXT and COMPLETE as todos.sql had them at ``commit`` (a module then, a package now)."""
+def statements_at(commit: str) -> tuple[str, str, str]:
+    """CLAIM_NEXT, COMPLETE and CLAIM_NEXT_FAIR ("" before fair share) as todos.sql had them at ``commit`` (a
+    module then, a package now)."""
     tree = wave1_tree(commit)
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [h.PYTHON, "-c", "import json; from todos import sql; print(json.dumps([sql.CLAIM_NEXT, sql.COMPLETE]))"],
+        [
+            h.PYTHON,
+            "-c",
+            "import json; from todos import sql; "
+            "print(json.dumps([sql.CLAIM_NEXT, sql.COMPLETE, getattr(sql, 'CLAIM_NEXT_FAIR', '')]))",
+        ],
         cwd=tree,
         env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    claim, complete = json.loads(out)
-    return claim, complete
+    claim, complete, fair_claim = json.loads(out)
+    return claim, complete, fair_claim
 
 
 def today_version(url: str) -> Version:
@@ -198,7 +204,10 @@ def seed(url: str, n: int, today: bool, variant: str = "plain") -> None:
         conn.execute("CHECKPOINT")
 
 
-def psycopg_worker(slot: int, sh: Shared, url: str, claim_sql: str, complete_sql: str) -> None:
+def psycopg_worker(slot: int, sh: Shared, url: str, claim_sql: str, complete_sql: str, fair_sql: str = "") -> None:
+    """Claim and complete as queue.py sends them: bound parameters, prepared once per connection (so the
+    figures include what the plan cache does: planning each call, or once). With ``fair_sql``, a claim that
+    answers the row of NULLs is followed by the fair one, as queue.claim_next does."""
     import psycopg
 
     with sh.slot(slot), psycopg.connect(url, autocommit=True) as conn:
@@ -208,9 +217,12 @@ def psycopg_worker(slot: int, sh: Shared, url: str, claim_sql: str, complete_sql
         while time.monotonic() < end:
             cur = conn.execute(claim_sql, claim, prepare=True)
             row = cur.fetchone()
+            names = [d.name for d in cur.description or []]
+            if row is not None and row[names.index("id")] is None and fair_sql:
+                cur = conn.execute(fair_sql, claim, prepare=True)
+                row = cur.fetchone()
             if row is None:
                 break
-            names = [d.name for d in cur.description or []]
             receipt = {"id": row[names.index("id")], "lease_id": row[names.index("lease_id")], **params(False)}
             conn.execute(complete_sql, receipt, prepare=True)
             n += 1
@@ -255,7 +267,8 @@ def latency(versions: list[Version], samples: int, backlog: int) -> dict[str, tu
             plans = (
                 conns[v.name]
                 .execute(
-                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement ILIKE '%%WITH%%'"
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement ILIKE '%%WITH queues%%'"
                 )
                 .fetchone()
             )
@@ -292,6 +305,11 @@ def main() -> None:
         "--fair", default="", help="active keys, e.g. 10,1000,10000: today's statement on a fair queue (issue 22)"
     )
     parser.add_argument("--no-inproc", action="store_true")
+    parser.add_argument(
+        "--no-pgbench",
+        action="store_true",
+        help="psycopg rows only (bound parameters, as queue.py sends them: pgbench's literals are planned once)",
+    )
     parser.add_argument("--no-wave1", action="store_true", help="today's rows only (with --fair: fair against plain)")
     parser.add_argument(
         "--before",
@@ -329,10 +347,10 @@ def main() -> None:
     versions = [] if args.no_wave1 else [wave1_version(server)]
     versions.append(today)
     for commit in filter(None, args.before.split(",")):
-        claim, complete = statements_at(commit)
-        versions.append(Version(f"today's schema, {commit}'s statements", today_url, claim, complete, True))
+        claim, complete, fair_claim = statements_at(commit)
+        versions.append(Version(f"today's schema, {commit}'s statements", today_url, claim, complete, True, fair_claim))
     for commit in filter(None, args.before_claim.split(",")):
-        claim, _ = statements_at(commit)
+        claim, _, _ = statements_at(commit)
         versions.append(Version(f"{commit}'s claim, today's complete", today_url, claim, today.complete, True))
     if args.without_index:
         url = server.create_database(h.scratch_db("claimcost_without"))
@@ -348,6 +366,9 @@ def main() -> None:
         flush=True,
     )
 
+    # With --fair, a --before commit that has fair share runs its fair claim too: the fair rows before/after.
+    fair_versions = [(today, "")] + [(v, f"{v.name}, ") for v in versions if v.fair_claim and v is not today]
+
     def pg(v: Version, c: int, variant: str = "plain") -> Callable[[], float]:
         def run() -> float:
             seed(v.url, args.backlog, v.today, variant)
@@ -358,10 +379,11 @@ def main() -> None:
 
         return run
 
-    def py(v: Version, c: int) -> Callable[[], float]:
+    def py(v: Version, c: int, variant: str = "plain") -> Callable[[], float]:
         def run() -> float:
-            seed(v.url, args.backlog, v.today)
-            return run_processes(psycopg_worker, c, args.seconds, v.url, v.claim, v.complete).rate
+            seed(v.url, args.backlog, v.today, variant)
+            fair_sql = v.fair_claim if variant.startswith("fair:") else ""
+            return run_processes(psycopg_worker, c, args.seconds, v.url, v.claim, v.complete, fair_sql).rate
 
         return run
 
@@ -376,12 +398,16 @@ def main() -> None:
     lat = latency(versions, args.samples, args.samples * len(versions) + 1000) if len(versions) > 1 else {}
     rows: list[Row] = []
     for what, measure in (("pgbench", pg), ("psycopg", py)):
-        if what == "psycopg" and args.fair:
+        if what == "pgbench" and args.no_pgbench:
             continue
         for c in clients:
             rows += [Row(what, v.name, c, measure(v, c)) for v in versions]
-            if what == "pgbench" and args.fair:
-                rows += [Row(what, f"fair, {k} keys", c, pg(today, c, f"fair:{k}")) for k in args.fair.split(",")]
+            if args.fair:
+                rows += [
+                    Row(what, f"{prefix}fair, {k} keys", c, measure(v, c, f"fair:{k}"))
+                    for v, prefix in fair_versions
+                    for k in args.fair.split(",")
+                ]
     if not args.no_inproc:
         rows += [Row("in-process (queue.py)", "today", c, inproc(c)) for c in clients]
     if args.variants:
@@ -409,7 +435,9 @@ def main() -> None:
     print(f"\nclaim + complete cycles/s, median of {args.runs} runs of {args.seconds:.0f} s; ratios to {base}")
     print(f"| measure | clients | version | cycles/s | / {base} | median of the rounds' ratios |")
     print("|---|---:|---|---:|---:|---:|")
-    names = [v.name for v in versions] + [f"fair, {k} keys" for k in args.fair.split(",") if args.fair]
+    names = [v.name for v in versions] + [
+        f"{prefix}fair, {k} keys" for _, prefix in fair_versions for k in args.fair.split(",") if args.fair
+    ]
     for what in ("pgbench", "psycopg"):
         for c in clients:
             for name in names:
