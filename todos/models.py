@@ -372,8 +372,10 @@ class Dependency(models.Model):
 
     class Meta:
         indexes = [
-            # A wait's deletion of the waiter's old edges (LINK_WAIT, UNLINK): an empty range for most todos.
-            models.Index(fields=["dependent_id"], name="dependency_dependent"),
+            # A wait's deletion of the waiter's edges of an earlier wait (todos/sql/waits.py: WAIT, LINK_WAIT),
+            # an empty range for most todos. Partial: a create's edges are never left behind by a todo that
+            # waits again (it became pending only once they had all settled), and do not pay for it.
+            models.Index(fields=["dependent_id"], condition=Q(wait=True), name="dependency_waiter"),
         ]
 
     def __str__(self) -> str:

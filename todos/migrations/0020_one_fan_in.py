@@ -5,9 +5,10 @@ awaited_left on the waiter) go.
 Two mechanisms disagreed: a todo the function cancelled (on_dependency_failure cancel) was never taken off
 the awaited_left of a todo waiting for it, which then resolved only at its timeout.
 
-* todos_dependency gains ``wait`` (constant default: no rewrite) and an index on dependent_id, for a wait's
-  deletion of the waiter's old edges. The table holds open edges only, so a plain build is short; it runs in
-  this migration's transaction with the rest.
+* todos_dependency gains ``wait`` (constant default: no rewrite) and an index on dependent_id of the wait
+  edges, for a wait's deletion of the waiter's old edges (partial: a create's edges do not pay for it; a
+  batch create of 1,000 items of 3 dependencies took ~30% longer with a full one, loaded machine). The
+  table holds open edges only, so a plain build is short; it runs in this migration's transaction.
 * The open waits on todos are carried over before the columns go: an edge (wait) for each todo left in a
   waiter's awaited_left, its dependencies_left their count, has_dependents on each. Nothing waits for ever.
 * todos_settle_dependents is replaced (CREATE OR REPLACE, the same signature): see FUNCTION.
@@ -55,39 +56,44 @@ FUNCTION = """
 -- planning it afresh on every call (a custom plan looked cheaper for the one-element arrays of a single
 -- complete), which cost more than running it: 5-10 ms a complete on a loaded machine, in bench/fan_in.py.
 CREATE OR REPLACE FUNCTION todos_settle_dependents(ids text[], outcomes text[]) RETURNS integer
-LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 DECLARE
     moved integer := 0;
     n integer;
     cancelled text[];
 BEGIN
     LOOP
+        -- = ANY(ids), not a join with unnest: a probe of the primary key per id, whatever the plan cache
+        -- settles on (the join's generic plan hashed a sequential scan of every open edge, per complete).
         WITH edges AS (
             DELETE FROM todos_dependency e
-            USING unnest(ids, outcomes) AS f(id, outcome)
-            WHERE e.dependency_id = f.id
-            RETURNING e.dependent_id, e.position, e.dependency_id, e.wait, f.outcome
+            WHERE e.dependency_id = ANY(ids)
+            RETURNING e.dependent_id, e.position, e.dependency_id, e.wait
         ),
         per AS (
-            SELECT dependent_id, count(*)::integer AS n, bool_or(wait) AS wait,
-                (array_agg(dependency_id ORDER BY position) FILTER (WHERE outcome <> 'done' AND NOT wait))[1]
+            SELECT e.dependent_id, count(*)::integer AS n, bool_or(e.wait) AS wait,
+                (array_agg(e.dependency_id ORDER BY e.position) FILTER (WHERE f.outcome <> 'done' AND NOT e.wait))[1]
                     AS failed_id,
-                (array_agg(outcome ORDER BY position) FILTER (WHERE outcome <> 'done' AND NOT wait))[1] AS failed_as
-            FROM edges GROUP BY dependent_id
+                (array_agg(f.outcome ORDER BY e.position) FILTER (WHERE f.outcome <> 'done' AND NOT e.wait))[1]
+                    AS failed_as
+            FROM edges e JOIN unnest(ids, outcomes) AS f(id, outcome) ON f.id = e.dependency_id
+            GROUP BY e.dependent_id
         ),
+        -- held, locked and closed find rows by primary key alone, and test state and resolved_at on the
+        -- locked row: a partial index's predicate in their WHERE let the plan cache walk the open waitpoints
+        -- (waitpoint_timeout) or the waiting todos (todo_waiting) per call whenever its statistics said
+        -- those were few. Rarely a dependent no longer waits (a wait that timed out, a cancelled dependent):
+        -- its row is locked for nothing, briefly.
         held AS MATERIALIZED (
             SELECT w.todo_id FROM todos_waitpoint w
-            WHERE w.todo_id = ANY(ARRAY(SELECT dependent_id FROM per WHERE wait)) AND w.resolved_at IS NULL
+            WHERE w.todo_id = ANY(ARRAY(SELECT dependent_id FROM per WHERE wait))
             ORDER BY w.todo_id
             FOR NO KEY UPDATE OF w
         ),
+        -- The count of held makes the waitpoints' locks come first.
         locked AS MATERIALIZED (
-            -- = ANY(ARRAY(...)): by the primary key, whatever the plan cache settles on (a join here once
-            -- walked the small todo_waiting index, every waiting todo, per settle). The count of held makes
-            -- the waitpoints' locks come first.
-            SELECT t.id FROM todos_todo t
-            WHERE t.id = ANY(ARRAY(SELECT dependent_id FROM per)) AND t.state = 'waiting' AND t.dependencies_left > 0
-              AND (SELECT count(*) FROM held) >= 0
+            SELECT t.id, t.state, t.dependencies_left FROM todos_todo t
+            WHERE t.id = ANY(ARRAY(SELECT dependent_id FROM per)) AND (SELECT count(*) FROM held) >= 0
             ORDER BY t.id
             FOR NO KEY UPDATE OF t
         ),
@@ -120,13 +126,13 @@ BEGIN
                 updated_at = CASE WHEN (per.failed_id IS NULL OR t.on_dependency_failure <> 'cancel')
                                    AND t.dependencies_left > per.n THEN t.updated_at ELSE now() END
             FROM per
-            WHERE t.id = per.dependent_id AND t.id = ANY(ARRAY(SELECT id FROM locked))
-              AND t.state = 'waiting' AND t.dependencies_left > 0
+            WHERE t.id = per.dependent_id
+              AND t.id = ANY(ARRAY(SELECT id FROM locked WHERE state = 'waiting' AND dependencies_left > 0))
             RETURNING t.id, t.queue, t.state, t.run_at, t.has_dependents
         ),
         closed AS (
             UPDATE todos_waitpoint w SET resolved_at = now()
-            WHERE w.todo_id = ANY(ARRAY(SELECT id FROM changed WHERE state <> 'waiting')) AND w.resolved_at IS NULL
+            WHERE w.todo_id = ANY(ARRAY(SELECT id FROM changed WHERE state <> 'waiting'))
         ),
         notified AS MATERIALIZED (
             SELECT pg_notify('switchboard_todos', CASE WHEN q.n > 1 THEN q.queue || ' ' || q.n ELSE q.queue END)
@@ -166,7 +172,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="dependency",
-            index=models.Index(fields=["dependent_id"], name="dependency_dependent"),
+            index=models.Index(fields=["dependent_id"], condition=models.Q(wait=True), name="dependency_waiter"),
         ),
         # Backward: the edges of waits go (the old columns, re-added empty, cannot take them back).
         migrations.RunSQL(CARRY_OVER, "DELETE FROM todos_dependency WHERE wait"),

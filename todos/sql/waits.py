@@ -33,7 +33,7 @@ WITH changed AS (
     RETURNING {_RETURNING_T}
 ),
 unlinked AS (
-    DELETE FROM todos_dependency e USING changed WHERE e.dependent_id = changed.id AND %(unlink)s
+    DELETE FROM todos_dependency e USING changed WHERE e.dependent_id = changed.id AND e.wait AND %(unlink)s
 ),
 opened AS (
     INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
@@ -57,7 +57,7 @@ SELECT * FROM changed
 # edge (todos_settle_dependents). Then the waiter's edges of an earlier wait go, and only then (the
 # counts order the CTEs): a statement finishing an awaited todo holds that row and then deletes its edges,
 # so deleting first and locking second could deadlock with it. Index: the primary keys, and
-# dependency_dependent for the waiter's old edges.
+# dependency_waiter for the waiter's old edges.
 LINK_WAIT = f"""
 WITH awaited AS (
     SELECT * FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS a(id, n)
@@ -70,7 +70,7 @@ locked AS MATERIALIZED (
 ),
 unlinked AS MATERIALIZED (
     DELETE FROM todos_dependency e
-    WHERE e.dependent_id = %(id)s AND (SELECT count(*) FROM locked) >= 0
+    WHERE e.dependent_id = %(id)s AND e.wait AND (SELECT count(*) FROM locked) >= 0
     RETURNING e.dependency_id
 ),
 flagged AS (
