@@ -61,6 +61,7 @@ DECLARE
     moved integer := 0;
     n integer;
     cancelled text[];
+    resolved text[];
 BEGIN
     LOOP
         -- = ANY(ids), not a join with unnest: a probe of the primary key per id, whatever the plan cache
@@ -79,8 +80,8 @@ BEGIN
             FROM edges e JOIN unnest(ids, outcomes) AS f(id, outcome) ON f.id = e.dependency_id
             GROUP BY e.dependent_id
         ),
-        -- held, locked and closed find rows by primary key alone, and test state and resolved_at on the
-        -- locked row: a partial index's predicate in their WHERE let the plan cache walk the open waitpoints
+        -- held, locked and the closing of waitpoints find rows by primary key alone (the state is tested on
+        -- the locked row): a partial index's predicate in their WHERE let the plan cache walk the open waitpoints
         -- (waitpoint_timeout) or the waiting todos (todo_waiting) per call whenever its statistics said
         -- those were few. Rarely a dependent no longer waits (a wait that timed out, a cancelled dependent):
         -- its row is locked for nothing, briefly.
@@ -128,11 +129,7 @@ BEGIN
             FROM per
             WHERE t.id = per.dependent_id
               AND t.id = ANY(ARRAY(SELECT id FROM locked WHERE state = 'waiting' AND dependencies_left > 0))
-            RETURNING t.id, t.queue, t.state, t.run_at, t.has_dependents
-        ),
-        closed AS (
-            UPDATE todos_waitpoint w SET resolved_at = now()
-            WHERE w.todo_id = ANY(ARRAY(SELECT id FROM changed WHERE state <> 'waiting'))
+            RETURNING t.id, t.queue, t.state, t.run_at, t.has_dependents, per.wait
         ),
         notified AS MATERIALIZED (
             SELECT pg_notify('switchboard_todos', CASE WHEN q.n > 1 THEN q.queue || ' ' || q.n ELSE q.queue END)
@@ -141,9 +138,15 @@ BEGIN
                   GROUP BY queue) q
         )
         SELECT count(*) FILTER (WHERE state <> 'waiting'),
-            array_agg(id) FILTER (WHERE state = 'cancelled' AND has_dependents)
-        INTO n, cancelled
+            array_agg(id) FILTER (WHERE state = 'cancelled' AND has_dependents),
+            array_agg(id) FILTER (WHERE wait AND state <> 'waiting')
+        INTO n, cancelled, resolved
         FROM changed CROSS JOIN (SELECT count(*) FROM notified) x;
+        -- The waits resolved close their waitpoints (locked above), in a statement of their own: a child
+        -- that only counts one off, almost every one, does not start an UPDATE of the waitpoints.
+        IF resolved IS NOT NULL THEN
+            UPDATE todos_waitpoint SET resolved_at = now() WHERE todo_id = ANY(resolved);
+        END IF;
         moved := moved + n;
         EXIT WHEN cancelled IS NULL;
         ids := cancelled;
