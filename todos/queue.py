@@ -173,7 +173,7 @@ def create(
     or is cancelled does to this todo: ``cancel`` it (its history names the dependency), or ``run`` it anyway.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
-    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT).
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT_FAIR).
     """
     item = {
         "queue": queue,
@@ -413,17 +413,17 @@ def claim_next(
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
     if queues and (outside := agent.outside_claim_scopes(queues)):
         raise QueuesForbidden(outside)
-    todos = fetch_todos(
-        sql.CLAIM_NEXT,
-        {
-            "scopes": agent.claim_like_patterns(),
-            "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
-            "agent": agent.name,
-            "owner": _owner(agent, worker),
-            "limit": limit,
-            "lease_seconds": _lease_seconds(lease_seconds),
-        },
-    )
+    params = {
+        "scopes": agent.claim_like_patterns(),
+        "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
+        "agent": agent.name,
+        "owner": _owner(agent, worker),
+        "limit": limit,
+        "lease_seconds": _lease_seconds(lease_seconds),
+    }
+    todos = fetch_todos(sql.CLAIM_NEXT, params)
+    if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
+        todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim

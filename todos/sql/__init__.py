@@ -20,7 +20,7 @@ operators, reads, retention, queue_controls); what several of them share is in c
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
-from todos.sql.claim import CLAIM_NEXT, CLAIM_ONE, CLAIM_ORDER
+from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import CREATE_MANY, RUNNABLE_BY_KEYS, SCHEDULED_NOTIFY_HORIZON_SECONDS
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REPOINT, SETTLE, TODOS_BY_ID
@@ -52,6 +52,7 @@ from todos.sql.waits import (
 __all__ = [
     "CANCEL",
     "CLAIM_NEXT",
+    "CLAIM_NEXT_FAIR",
     "CLAIM_ONE",
     "CLAIM_ORDER",
     "COMPLETE",
