@@ -793,11 +793,6 @@ def wait(
     resolves at once."""
     spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
     timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
-    if spec.kind == "todos":
-        visible = {todo_id for todo_id, _ in fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)})}
-        missing = [i for i in spec.todo_ids if i not in visible]
-        if missing:
-            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
     token = waitpoints.new_token() if spec.kind == "token" else None
     params = {
         "waiting_for": Jsonb(spec.shown),
@@ -808,19 +803,23 @@ def wait(
         "type_like": spec.type_like,
         "match": Jsonb(spec.match) if spec.match is not None else None,
         "key": spec.key,
+        "awaited": len(spec.todo_ids),
+        "unlink": spec.kind != "todos",
     }
     if spec.kind != "todos":
         return _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
+    # A wait on todos: its edges as a create's dependencies (todos/sql/dependencies.py), settled by the same
+    # function; those already finished are settled once the todo waits (the last one resolves it at once).
     with transaction.atomic():
+        found = dict(fetchall(sql.LINK_WAIT, {"id": todo_id, "ids": spec.todo_ids, "visible": _visible(agent)}))
+        if missing := [i for i in spec.todo_ids if i not in found]:
+            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
         todo = _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
-        return _attach_awaited(todo.id, spec.todo_ids) or todo, None
-
-
-def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
-    """Within the transaction that made ``waiter_id`` waiting: make it wait for ``ids`` (their unfinished
-    ones; none: it is resolved at once, and returned)."""
-    rows = fetch_todos(sql.ATTACH_AWAITED, {"id": waiter_id, "ids": ids})
-    return rows[0] if rows else None
+        finished = [(i, outcome) for i, outcome in found.items() if outcome is not None]
+        if not finished:
+            return todo, None
+        fetchall(sql.SETTLE, {"ids": [i for i, _ in finished], "outcomes": [o for _, o in finished]})
+        return fetch_todos(sql.TODOS_BY_ID, {"ids": [todo.id]})[0], None
 
 
 @counted("resolve")

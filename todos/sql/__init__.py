@@ -40,9 +40,7 @@ from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
 from todos.sql.waits import (
-    ATTACH_AWAITED,
-    AWAITED,
-    FINISHED,
+    LINK_WAIT,
     RESOLVE_EVENTS,
     RESOLVE_MANUAL,
     RESOLVE_TOKEN,
@@ -52,8 +50,6 @@ from todos.sql.waits import (
 )
 
 __all__ = [
-    "ATTACH_AWAITED",
-    "AWAITED",
     "CANCEL",
     "CLAIM_NEXT",
     "CLAIM_NEXT_FAIR",
@@ -68,10 +64,10 @@ __all__ = [
     "DISCARD",
     "EVENT_PAGE",
     "FAIL",
-    "FINISHED",
     "FORCE_RELEASE",
     "HEARTBEAT",
     "LINK",
+    "LINK_WAIT",
     "NOTIFY_CHANNEL",
     "PAUSE_QUEUE",
     "PER_MINUTE",
