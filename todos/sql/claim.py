@@ -156,15 +156,19 @@ bucket AS (
 #    whatever the plan guessed (a join to chosen was once served by hashing the whole table).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
-_CALLERS = "q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])"
-# The batch size where it bounds a scan or a sort, hidden from the planner behind a sub-select. The claims are
-# prepared once per connection (todos/rows.py), but the plan cache still plans a prepared statement afresh on
-# every call while its custom plans (made knowing the parameters) cost less than its generic plan, and a
-# custom plan that knew LIMIT 1 costed the bounded sort of ``chosen`` about 3,600 units below the generic
-# plan's: every claim was planned again, and planning cost more than running (issue 22's profile: a fair claim
-# at 10,000 keys ~1.1 ms run, ~3.5 ms planned, its CLAIM_NEXT ~0.9 ms run, ~1.5 ms planned, on a loaded
-# machine). Unknown to every plan alike, the value costs the custom plans no less, and the plan cache keeps the
-# generic plan after its five trials (todos/tests/test_claim_plan.py). The executor still bounds the sort.
+# The parameters a claim's plan is estimated with (the caller's queue patterns, the batch size where it bounds a
+# scan or a sort) are hidden from the planner behind sub-selects. The claims are prepared once per connection
+# (todos/rows.py), but the plan cache still plans a prepared statement afresh on every call while its custom
+# plans (made knowing the values) cost less than its generic plan: a custom plan that knew LIMIT 1 costed the
+# bounded sort of ``chosen`` about 3,600 units below the generic plan's, and known patterns can move the queue
+# rows' estimate, so every claim was planned again, and planning cost more than running (issue 22's profile:
+# a fair claim at 10,000 keys ~1.3 ms run, ~2.5-3 ms planned, its CLAIM_NEXT ~0.2 ms run, ~1.1 ms planned, on
+# a loaded machine; plain claims on a large backlog alike). Unknown to every plan alike, the values make no
+# custom plan cheaper, and the plan cache keeps the generic plan after its five trials
+# (todos/tests/test_claim_plan.py). The executor still bounds the sort by the value.
+_CALLERS = (
+    "q.name LIKE ANY((SELECT %(scopes)s::text[])::text[]) AND q.name LIKE ANY((SELECT %(wanted)s::text[])::text[])"
+)
 _LIMIT = "(SELECT %(limit)s::integer)"
 # The row that tells queue.claim_next to run CLAIM_NEXT_FAIR: every column NULL (a claimed todo's id never is).
 _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
