@@ -22,8 +22,15 @@ every public name: callers write ``sql.CLAIM_NEXT``.
 
 from todos.sql.claim import CLAIM_NEXT, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
-from todos.sql.create import CREATE_MANY, RUNNABLE_BY_KEYS, SCHEDULED_NOTIFY_HORIZON_SECONDS
-from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.create import (
+    BRIEF_COLUMNS,
+    CREATE_MANY,
+    CREATE_MANY_BRIEF,
+    RUNNABLE_BY_KEYS,
+    RUNNABLE_BY_KEYS_BRIEF,
+    SCHEDULED_NOTIFY_HORIZON_SECONDS,
+)
+from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -54,6 +61,7 @@ from todos.sql.waits import (
 __all__ = [
     "ATTACH_AWAITED",
     "AWAITED",
+    "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
     "CLAIM_ONE",
@@ -62,6 +70,7 @@ __all__ = [
     "COMPLETE_MANY",
     "COUNT_PURGEABLE",
     "CREATE_MANY",
+    "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
     "DEPENDENCIES_OF",
     "DISCARD",
@@ -82,6 +91,7 @@ __all__ = [
     "PURGE_EVENTS",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
+    "REFS_BY_ID",
     "RELEASE",
     "REPOINT",
     "REQUEUE_LAPSED",
@@ -93,6 +103,7 @@ __all__ = [
     "RETRY_DEAD_LETTER_MANY",
     "RETRY_NOW",
     "RUNNABLE_BY_KEYS",
+    "RUNNABLE_BY_KEYS_BRIEF",
     "RUN_NOW",
     "SCHEDULED_NOTIFY_HORIZON_SECONDS",
     "SECONDS_UNTIL_CLAIMABLE",

@@ -168,6 +168,16 @@ _ITEMS = [
     {"queue": "q", "titel": "typo"},
     {"queue": "q", "title": "x" * 501},
     {"queue": "q", "title": "lone \ud800"},
+    {"queue": "q\n"},
+    {"queue": "q", "fair_key": " spaced "},
+    {"queue": "q", "payload": {"k": float("inf")}},
+    {"queue": "q", "payload": {"nul\u0000key": 1}},
+    {"queue": "q", "payload": {"s": "a backslash then u0000: \\u0000"}},
+    {"queue": "q", "payload": {"s": "lone \udc00"}},
+    {"queue": "q", "on_dependency_failure": ["run"]},
+    {"queue": "q", "depends_on": "td_x"},
+    {"queue": "q", "depends_on": [None]},
+    {"queue": "q", "traceparent": None, "run_at": None},
 ]
 
 
@@ -186,6 +196,7 @@ def test_plain_items_take_the_fast_path():
     from todos.api.serializers import _fast_item
 
     assert all(_fast_item(item) is not None for item in _ITEMS[:4])
+    assert _fast_item({"queue": "q", "fair_key": " spaced "}) == {**_fast_item({"queue": "q"}), "fair_key": " spaced "}
 
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
