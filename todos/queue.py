@@ -247,6 +247,7 @@ def _fetch_refs(statement: str, params: dict[str, Any]) -> list[TodoRef]:
 _WHOLE = _Reading(sql.CREATE_MANY, sql.RUNNABLE_BY_KEYS, sql.TODOS_BY_ID, fetch_todos)
 _BRIEF = _Reading(sql.CREATE_MANY_BRIEF, sql.RUNNABLE_BY_KEYS_BRIEF, sql.REFS_BY_ID, _fetch_refs)
 _POLICIES = frozenset(OnDependencyFailure.values)
+_CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
 
 
 def _invalid(detail: str, field: str, index: int | None) -> InvalidTransitionInput:
@@ -258,7 +259,7 @@ def _invalid(detail: str, field: str, index: int | None) -> InvalidTransitionInp
 def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None, allowed: dict[str, bool]) -> None:
     """What create refuses whoever calls it (the API's serializers bound the rest). ``allowed``: the
     queues whose create scope this batch has checked already (a batch names few queues)."""
-    if unknown := sorted(set(item) - set(CREATE_FIELDS)):
+    if unknown := sorted(item.keys() - _CREATE_FIELD_SET):
         raise _invalid("Unknown field.", unknown[0], index)
     queue = item.get("queue")
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
