@@ -19,16 +19,16 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 # create (one todo or a batch of up to 1,000, todos/queue.py create_many): each item -> pending, -> scheduled
 # when its run_at is in the future, or -> waiting when it names dependencies (LINK and SETTLE below then
 # settle those already finished). One INSERT ... SELECT FROM the items, not a statement per item. The items
-# come as one JSON array of objects (a key left out is NULL: a column's default is filled in here, those of
-# max_attempts and on_dependency_failure given as parameters), which
-# psycopg sends as one string: per-column arrays cost psycopg a Python call per element (~2 us), about
-# 35 ms a batch of 1,000, where json.dumps and json_to_recordset take ~5 ms (docs/benchmarks.md,
-# "Batch create"). payload and waiting_for arrive as json and are stored as jsonb (one parse, as before).
-# A row comes back only for the items inserted; a missing one means a runnable todo with the same
-# (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
+# come as one JSON array of objects, one text parameter: per-column arrays cost psycopg a Python call per
+# element, about 35 ms a batch of 1,000, where json.dumps and json_to_recordset take about 5 ms
+# (docs/benchmarks.md, "Batch create"). A key left out is NULL, and the column's default is filled in here
+# (max_attempts' and on_dependency_failure's are parameters); payload and waiting_for arrive as json and are
+# stored as jsonb. A row comes back only for the items inserted; a missing one means a runnable todo with the
+# same (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
 # RUNNABLE_BY_KEYS). Guard: the unique index todo_runnable_idempotency_key (ON CONFLICT, first item wins);
-# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migration 0009), in
-# the same statement, whatever path writes the row. Notifies the queues of what is claimable now or soon.
+# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migrations 0009 and
+# 0021: once per statement, per distinct queue), in the same statement, whatever path writes the row.
+# Notifies the queues of what is claimable now or soon.
 # An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
 _ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
 _ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payload json, event_id text,
