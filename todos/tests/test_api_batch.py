@@ -276,3 +276,11 @@ def test_a_batch_item_keeps_every_field_it_gives(api):
     assert first.state == TodoState.SCHEDULED and 590 < (first.run_at - first.created_at).total_seconds() <= 600
     assert (second.payload, second.max_attempts, second.kind, second.fair_key) == ([], 5, "", "")
     assert second.state == TodoState.PENDING and second.on_dependency_failure == "cancel"
+
+
+def test_a_batch_keeps_scalar_payloads_as_given(api):
+    payloads = [0, False, "text", 2.5, [], {}]
+    response = api.post("/todos/batch/", {"todos": [{"queue": "scalars", "payload": p} for p in payloads]})
+    assert response.status_code == 200, response.json()
+    made = [Todo.objects.get(pk=o["id"]).payload for o in response.json()["outcomes"]]
+    assert made == payloads
