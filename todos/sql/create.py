@@ -26,9 +26,12 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 # stored as jsonb. A row comes back only for the items inserted; a missing one means a runnable todo with the
 # same (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
 # RUNNABLE_BY_KEYS). Guard: the unique index todo_runnable_idempotency_key (ON CONFLICT, first item wins);
-# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migrations 0009 and
-# 0021: once per statement, per distinct queue), in the same statement, whatever path writes the row.
-# Notifies the queues of what is claimable now or soon.
+# lock: the rows inserted, in (queue, idempotency_key) order: an INSERT meeting a key another transaction
+# inserted uncommitted waits for it, and two batches naming the same keys in other orders would otherwise
+# each wait for the other (a deadlock). Items with one key keep their order: the first wins. The queue's
+# name is registered by the todo table's trigger (migrations 0009 and 0021: once per statement, per distinct
+# queue), in the same statement, whatever path writes the row. Notifies the queues of what is claimable now
+# or soon.
 # An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
 _ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
 _ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payload json, event_id text,
@@ -54,7 +57,7 @@ SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.t
     COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, '')
 FROM ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
     WITH ORDINALITY AS i({_ITEM_NAMES}, ord)
-ORDER BY i.ord
+ORDER BY i.queue, i.idempotency_key, i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {returning}
 ),
