@@ -57,7 +57,7 @@ SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.t
     COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, '')
 FROM ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
     WITH ORDINALITY AS i({_ITEM_NAMES}, ord)
-ORDER BY i.queue, i.idempotency_key, i.ord
+ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {returning}
 ),
