@@ -459,16 +459,15 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "run_at": lambda v: v is None,  # a time to parse: the serializer's
         "traceparent": lambda v: v is None,  # a header to parse: the serializer's
     }
-    defaults = {
-        name: field.default() if callable(field.default) else field.default
-        for name, field in fields.items()
-        if field.default is not serializers.empty
-    }
+    # A callable default (payload's dict) makes a fresh value per item, as DRF does: none is shared.
+    defaults = {name: field.default for name, field in fields.items() if field.default is not serializers.empty}
     assert rules.keys() == fields.keys(), "every field of a batch item has its fast check"
     return rules, defaults
 
 
-_FAST_RULES, _FAST_DEFAULTS = _fast_rules()
+_FAST_RULES, _DEFAULTS = _fast_rules()
+_FAST_DEFAULTS = {name: value for name, value in _DEFAULTS.items() if not callable(value)}
+_FAST_FACTORIES = {name: value for name, value in _DEFAULTS.items() if callable(value)}
 
 
 def _fast_item(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -481,6 +480,9 @@ def _fast_item(raw: dict[str, Any]) -> dict[str, Any] | None:
     if "queue" not in raw or len(raw.get("depends_on", ())) + len(raw.get("depends_on_index", ())) > MAX_DEPENDENCIES:
         return None
     item = {**_FAST_DEFAULTS, **raw}
+    for name, make in _FAST_FACTORIES.items():
+        if name not in raw:
+            item[name] = make()
     if item["delay_seconds"] is not None:
         item["delay_seconds"] = float(item["delay_seconds"])
     return item

@@ -284,3 +284,11 @@ def test_a_batch_keeps_scalar_payloads_as_given(api):
     assert response.status_code == 200, response.json()
     made = [Todo.objects.get(pk=o["id"]).payload for o in response.json()["outcomes"]]
     assert made == payloads
+
+
+def test_the_fast_path_gives_each_item_its_own_default_payload():
+    from todos.api.serializers import _fast_item
+
+    first, second = _fast_item({"queue": "q"}), _fast_item({"queue": "q"})
+    assert first is not None and second is not None
+    assert first["payload"] == second["payload"] == {} and first["payload"] is not second["payload"]
