@@ -13,6 +13,13 @@ each row. Each figure is the median of --runs runs, in claim+complete cycles/s:
   * psycopg: the same two statements from Python processes (psycopg 3, prepared), as queue.py sends them;
   * today's queue.claim_next + complete in-process (Django), for reference (wave 1's Django is not run).
 The ratio is today / wave 1 at the same clients; the target is 0.9 on plain queues.
+
+    .venv/bin/python bench/claim_cost.py --no-wave1 --no-inproc --fair 10,1000,10000 --before 8fe7e5c,6a65444
+
+On a fair queue (``--fair``) today's pgbench script runs what queue.claim_next runs there: CLAIM_NEXT (which
+takes nothing and answers a row of NULLs when a keyed queue is eligible), then CLAIM_NEXT_FAIR. ``--before``
+takes several commits: e.g. main before fair share (8fe7e5c) and with it in one statement (6a65444);
+``--before-claim`` the same with today's COMPLETE, when the complete changed too (issue 20's dependency hook).
 """
 
 from __future__ import annotations
@@ -57,6 +64,9 @@ class Version:
     claim: str  # CLAIM_NEXT's text, %(name)s placeholders
     complete: str
     today: bool
+    # Since issue 22's split: CLAIM_NEXT_FAIR, which queue.claim_next runs after CLAIM_NEXT when a keyed
+    # queue is among the caller's (CLAIM_NEXT then takes nothing and answers a row of NULLs).
+    fair_claim: str = ""
     scripts: dict[int, Path] = field(default_factory=dict)
 
 
@@ -108,7 +118,7 @@ def today_version(url: str) -> Version:
 
     assert queue
 
-    return Version("today", url, sql.CLAIM_NEXT, sql.COMPLETE, today=True)
+    return Version("today", url, sql.CLAIM_NEXT, sql.COMPLETE, today=True, fair_claim=sql.CLAIM_NEXT_FAIR)
 
 
 def params(claim: bool) -> dict[str, Any]:
@@ -118,13 +128,18 @@ def params(claim: bool) -> dict[str, Any]:
     return {"agent": AGENT, "visible": ["%"], "result": None}
 
 
-def script(v: Version) -> Path:
-    """The pgbench script: claim, \\gset, complete."""
-    claim = _render(v.claim, {k: _sql_literal(x) for k, x in params(True).items()})
+def script(v: Version, fair: bool = False) -> Path:
+    """The pgbench script: claim, \\gset, complete. On a fair queue (``fair``) a version with a fair_claim
+    runs both claims, as queue.claim_next does: CLAIM_NEXT (its row of NULLs discarded), then CLAIM_NEXT_FAIR."""
+    literals = {k: _sql_literal(x) for k, x in params(True).items()}
+    claim = _render(v.claim, literals)
+    if fair and v.fair_claim:
+        claim = f"{claim};\n{_render(v.fair_claim, literals)}"
     complete = _render(
         v.complete, {"id": ":id", "lease_id": ":lease_id", **{k: _sql_literal(x) for k, x in params(False).items()}}
     )
-    path = h.out_dir() / f"claim_cost_{'today' if v.today else 'wave1'}.sql"
+    name = "".join(ch if ch.isalnum() else "_" for ch in v.name)
+    path = h.out_dir() / f"claim_cost_{name}{'_fair' if fair else ''}.sql"
     path.write_text(f"{claim}\n\\gset\n{complete};\n")
     return path
 
@@ -281,7 +296,14 @@ def main() -> None:
     parser.add_argument(
         "--before",
         default="",
-        help="also this commit's CLAIM_NEXT and COMPLETE on today's schema (before/after a change, one run)",
+        help="also these commits' (comma-separated) CLAIM_NEXT and COMPLETE on today's schema (before/after a "
+        "change, one run)",
+    )
+    parser.add_argument(
+        "--before-claim",
+        default="",
+        help="also these commits' CLAIM_NEXT with today's COMPLETE on today's schema: the claim's cost alone, when "
+        "the complete changed too",
     )
     parser.add_argument(
         "--without-index",
@@ -306,9 +328,12 @@ def main() -> None:
     today = today_version(today_url)
     versions = [] if args.no_wave1 else [wave1_version(server)]
     versions.append(today)
-    if args.before:
-        claim, complete = statements_at(args.before)
-        versions.append(Version(f"today's schema, {args.before}'s statements", today_url, claim, complete, True))
+    for commit in filter(None, args.before.split(",")):
+        claim, complete = statements_at(commit)
+        versions.append(Version(f"today's schema, {commit}'s statements", today_url, claim, complete, True))
+    for commit in filter(None, args.before_claim.split(",")):
+        claim, _ = statements_at(commit)
+        versions.append(Version(f"{commit}'s claim, today's complete", today_url, claim, today.complete, True))
     if args.without_index:
         url = server.create_database(h.scratch_db("claimcost_without"))
         h.migrate(url)
@@ -326,7 +351,7 @@ def main() -> None:
     def pg(v: Version, c: int, variant: str = "plain") -> Callable[[], float]:
         def run() -> float:
             seed(v.url, args.backlog, v.today, variant)
-            tps, warn = pgbench(v.url, script(v), c, args.seconds)
+            tps, warn = pgbench(v.url, script(v, variant.startswith("fair:")), c, args.seconds)
             if warn:
                 print(f"    {v.name} {c}: {warn}", flush=True)
             return tps
@@ -347,7 +372,8 @@ def main() -> None:
 
         return run
 
-    lat = latency(versions, args.samples, args.samples + 1000) if len(versions) > 1 else {}
+    # The versions of today's schema share one table: the backlog covers all their claims.
+    lat = latency(versions, args.samples, args.samples * len(versions) + 1000) if len(versions) > 1 else {}
     rows: list[Row] = []
     for what, measure in (("pgbench", pg), ("psycopg", py)):
         if what == "psycopg" and args.fair:

@@ -155,7 +155,13 @@ NOTES = {
     "todos_fairkey in pass order, checks each key for pending work at the queue's top priority (an EXISTS on "
     "todo_fair_pending) and its live leases (todos_fair_live_leases), and locks the first 10 FOR NO KEY "
     "UPDATE SKIP LOCKED; then one descent of todo_fair_pending per key, one todo each (weight 1); the passes "
-    "are written back by an upsert of those 10 rows.",
+    "are written back by an update of those 10 rows. Plain queues never run this statement (CLAIM_NEXT "
+    "claims for them; queue.claim_next runs this one only when CLAIM_NEXT says a keyed queue is eligible).",
+    "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
+    "claim pays before CLAIM_NEXT_FAIR: the queue row, read as for any claim, is keyed, so ``quotas`` and "
+    "``limited`` are empty, no todo is locked, and the statement answers its row of NULLs. Its buffers are the "
+    "lapsed branch's walk of the lapsed leases in expiry order (every claim of these queues walks it, see "
+    "below): with nothing to match it reads all 500 here, few while the reaper keeps them few.",
     "cancel (one id)": "One row by primary key; the NOTIFY wakes waiters of a queue whose slot it freed.",
     "claim_next, one queue, limit 1": "One descent of todo_pending_claim_scan for the queue, in claim order "
     "(priority, run_at); one descent of todo_scheduled_due for the queue's due scheduled todos, a range "
@@ -268,6 +274,16 @@ def read(plan: Plan) -> str:
     return ("OK" if ok else "CHECK") + " - " + "; ".join(parts)
 
 
+# github.push made fair (in the rolled-back transaction of its plans): its pending todos over 1,000 keys.
+FAIR_QUEUE = (
+    "UPDATE todos_todo SET fair_key = 'k' || (abs(hashtext(id)) % 1000) WHERE queue = 'github.push' "
+    "AND state = 'pending'; UPDATE todos_queue SET fair = true, max_claimed_per_key = 2 "
+    "WHERE name = 'github.push'; INSERT INTO todos_fairkey (queue, key, vtime) "
+    "SELECT DISTINCT queue, fair_key, 0 FROM todos_todo WHERE queue = 'github.push' AND state = 'pending'; "
+    "ANALYZE todos_fairkey"
+)
+
+
 def plans() -> list[Plan]:
     scopes_all = ["%"]
     lease = 300.0
@@ -326,16 +342,22 @@ def plans() -> list[Plan]:
         (
             Plan(
                 "claim_next, one fair queue, 1,000 keys, max_claimed_per_key 2, limit 10",
-                "sql.CLAIM_NEXT",
+                "sql.CLAIM_NEXT_FAIR",
                 "todo_fair_pending",
+            ),
+            sql.CLAIM_NEXT_FAIR,
+            {**claim, "wanted": ["github.push"], "limit": 10},
+            FAIR_QUEUE,
+        ),
+        (
+            Plan(
+                "claim_next's plain statement on a fair queue (it takes nothing and says so)",
+                "sql.CLAIM_NEXT",
+                "",
             ),
             sql.CLAIM_NEXT,
             {**claim, "wanted": ["github.push"], "limit": 10},
-            "UPDATE todos_todo SET fair_key = 'k' || (abs(hashtext(id)) % 1000) WHERE queue = 'github.push' "
-            "AND state = 'pending'; UPDATE todos_queue SET fair = true, max_claimed_per_key = 2 "
-            "WHERE name = 'github.push'; INSERT INTO todos_fairkey (queue, key, vtime) "
-            "SELECT DISTINCT queue, fair_key, 0 FROM todos_todo WHERE queue = 'github.push' AND state = 'pending'; "
-            "ANALYZE todos_fairkey",
+            FAIR_QUEUE,
         ),
         (
             Plan("claim (one id)", "sql.CLAIM_ONE", "todos_todo_pkey"),

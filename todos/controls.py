@@ -66,7 +66,10 @@ def _visible(agent: Agent | None) -> list[str]:
 def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> QueueControls:
     rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params})
     if not rows:
-        raise QueueNotFound(f"No queue {name!r}.")
+        # 404, as for any missing resource in the URL (a 400 would blame the body); its JSON names the queue
+        # as a 400 names a field, so a client tells "no such queue" from a bad value the same way.
+        detail = f"No queue {name!r}."
+        raise QueueNotFound(detail, fields={"queue": [detail]})
     row = list(rows[0])
     if isinstance(row[6], str):  # Django's cursor hands jsonb over as text (its JSONField decodes it)
         row[6] = json.loads(row[6])

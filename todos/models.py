@@ -150,22 +150,15 @@ class Todo(models.Model):
     resolution = models.JSONField(null=True, blank=True)
     # Dependencies (issue 20). depends_on: the todos it was created to wait for, in order (null: none, and its
     # JSON lists none without a query). dependencies_left: those not settled yet, while it waits for them (one
-    # open Dependency edge each); the statement that finishes the last one moves it on. has_dependents: some
-    # todo was made to depend on this one, so the statement that finishes it settles them
-    # (todos_settle_dependents).
+    # open Dependency edge each), whether made at create or by a holder's wait on todos; the statement that
+    # finishes the last one moves it on. has_dependents: some todo was made to depend on (or wait for) this
+    # one, so the statement that finishes it settles them (todos_settle_dependents).
     depends_on = ArrayField(models.CharField(max_length=40), null=True, blank=True, editable=False)
     dependencies_left = models.IntegerField(db_default=0, editable=False)
     on_dependency_failure = models.CharField(
         max_length=6, choices=OnDependencyFailure.choices, db_default=OnDependencyFailure.CANCEL
     )
     has_dependents = models.BooleanField(db_default=False, editable=False)
-    # A wait on todos keeps its edges on the awaited todos' own rows (awaited_by: the todos waiting for this
-    # one) and what is left on the waiter's (awaited_left: the awaited ids not finished yet). The statement
-    # that finishes a todo reads awaited_by from the row it updates (its latest version, even after waiting
-    # for the waiter's lock) and takes itself off each waiter's list: no lookup, no gap, and a todo that
-    # finishes twice (a dead-letter retried) is taken off once (todos/sql/common.py, _finishing).
-    awaited_by = ArrayField(models.CharField(max_length=40), null=True, blank=True)
-    awaited_left = ArrayField(models.CharField(max_length=40), null=True, blank=True)
     # Delegation (issue 21). The latest progress ({percent, message}) and checkpoint a receipt's holder sent
     # with a heartbeat; the checkpoint outlives lapses and failures, so the next claimer resumes from it.
     progress = models.JSONField(null=True, blank=True)
@@ -336,7 +329,8 @@ class Waitpoint(models.Model):
     event_type_like = models.CharField(max_length=300, null=True, blank=True)
     event_match = models.JSONField(null=True, blank=True)
     event_key = models.CharField(max_length=32, null=True, blank=True)
-    # for {"todos": [ids]}: nothing here but the timeout (the edges and the count are on the todos' rows).
+    # for {"todos": [ids]}: nothing here but the timeout (the edges are Dependency rows, the count the
+    # todo's dependencies_left).
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -357,11 +351,14 @@ class Waitpoint(models.Model):
 
 
 class Dependency(models.Model):
-    """An open wait: ``dependent`` waits for ``dependency`` (issue 20), at ``position`` in its depends_on.
-    Written by create (todos/sql/ LINK); deleted by the statement that finishes the dependency, which
-    settles the dependent (todos_settle_dependents): an edge settles once, so a dependency that dead-letters
-    and is later completed by its slow worker settles nothing twice. The table holds only open waits; the
-    list itself is the dependent's depends_on. Plain ids, not foreign keys: retention deletes todos in SQL."""
+    """An open wait: ``dependent`` waits for ``dependency`` (issue 20), at ``position`` in its depends_on
+    (made at create, todos/sql/ LINK) or in its wait's for.todos (``wait``: a holder's wait on todos,
+    LINK_WAIT). Deleted by the statement that finishes the dependency, which settles the dependent
+    (todos_settle_dependents): an edge settles once, so a dependency that dead-letters and is later
+    completed by its slow worker settles nothing twice. Every wait also deletes the waiter's own edges
+    left by an earlier wait (one that timed out or was resolved otherwise), so they count nothing off
+    the new one. The table holds only open waits; the list itself is the dependent's depends_on or
+    waiting_for. Plain ids, not foreign keys: retention deletes todos in SQL."""
 
     # Led by dependency_id: a finishing todo's open waits are one probe of the primary key (an empty
     # range for most todos).
@@ -369,6 +366,17 @@ class Dependency(models.Model):
     dependency_id = models.CharField(max_length=40)
     dependent_id = models.CharField(max_length=40)
     position = models.PositiveIntegerField()
+    # A wait's edge resolves the waiter when every edge of it has settled, whatever each outcome; a create's
+    # applies the dependent's on_dependency_failure to a dead-letter or a cancel.
+    wait = models.BooleanField(db_default=False)
+
+    class Meta:
+        indexes = [
+            # A wait's deletion of the waiter's edges of an earlier wait (todos/sql/waits.py: WAIT, LINK_WAIT),
+            # an empty range for most todos. Partial: a create's edges are never left behind by a todo that
+            # waits again (it became pending only once they had all settled), and do not pay for it.
+            models.Index(fields=["dependent_id"], condition=Q(wait=True), name="dependency_waiter"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.dependent_id} waits for {self.dependency_id}"

@@ -174,7 +174,7 @@ def create(
     or is cancelled does to this todo: ``cancel`` it (its history names the dependency), or ``run`` it anyway.
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
-    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT).
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT_FAIR).
     """
     item = {
         "queue": queue,
@@ -473,17 +473,17 @@ def claim_next(
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
     if queues and (outside := agent.outside_claim_scopes(queues)):
         raise QueuesForbidden(outside)
-    todos = fetch_todos(
-        sql.CLAIM_NEXT,
-        {
-            "scopes": agent.claim_like_patterns(),
-            "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
-            "agent": agent.name,
-            "owner": _owner(agent, worker),
-            "limit": limit,
-            "lease_seconds": _lease_seconds(lease_seconds),
-        },
-    )
+    params = {
+        "scopes": agent.claim_like_patterns(),
+        "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
+        "agent": agent.name,
+        "owner": _owner(agent, worker),
+        "limit": limit,
+        "lease_seconds": _lease_seconds(lease_seconds),
+    }
+    todos = fetch_todos(sql.CLAIM_NEXT, params)
+    if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
+        todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim
@@ -853,11 +853,6 @@ def wait(
     resolves at once."""
     spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
     timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
-    if spec.kind == "todos":
-        visible = {todo_id for todo_id, _ in fetchall(sql.AWAITED, {"ids": spec.todo_ids, "visible": _visible(agent)})}
-        missing = [i for i in spec.todo_ids if i not in visible]
-        if missing:
-            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
     token = waitpoints.new_token() if spec.kind == "token" else None
     params = {
         "waiting_for": Jsonb(spec.shown),
@@ -868,19 +863,23 @@ def wait(
         "type_like": spec.type_like,
         "match": Jsonb(spec.match) if spec.match is not None else None,
         "key": spec.key,
+        "awaited": len(spec.todo_ids),
+        "unlink": spec.kind != "todos",
     }
     if spec.kind != "todos":
         return _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
+    # A wait on todos: its edges as a create's dependencies (todos/sql/dependencies.py), settled by the same
+    # function; those already finished are settled once the todo waits (the last one resolves it at once).
     with transaction.atomic():
+        found = dict(fetchall(sql.LINK_WAIT, {"id": todo_id, "ids": spec.todo_ids, "visible": _visible(agent)}))
+        if missing := [i for i in spec.todo_ids if i not in found]:
+            raise TodoNotFound(f"No todo {missing[0]} (named in for.todos).")
         todo = _with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
-        return _attach_awaited(todo.id, spec.todo_ids) or todo, None
-
-
-def _attach_awaited(waiter_id: str, ids: list[str]) -> Todo | None:
-    """Within the transaction that made ``waiter_id`` waiting: make it wait for ``ids`` (their unfinished
-    ones; none: it is resolved at once, and returned)."""
-    rows = fetch_todos(sql.ATTACH_AWAITED, {"id": waiter_id, "ids": ids})
-    return rows[0] if rows else None
+        finished = [(i, outcome) for i, outcome in found.items() if outcome is not None]
+        if not finished:
+            return todo, None
+        fetchall(sql.SETTLE, {"ids": [i for i, _ in finished], "outcomes": [o for _, o in finished]})
+        return fetch_todos(sql.TODOS_BY_ID, {"ids": [todo.id]})[0], None
 
 
 @counted("resolve")

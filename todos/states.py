@@ -52,7 +52,7 @@ class TodoState(models.TextChoices):
     # Cannot run until something happens (issue 20). Entered by wait (the holder gives its lease back, the
     # attempt returned, and names what it waits for: todos, an event, a token or a manual resolve) and by
     # create with unfinished dependencies. Left by resolve (resolve_token, resolve_manual, an event's ingest
-    # via resolve_events, the awaited todos finishing via resolve_awaited) to pending; by the reaper's
+    # via resolve_events, the awaited todos finishing: todos_settle_dependents) to pending; by the reaper's
     # time_out_waits (to pending with timed_out, or a counted failure); by cancel. Holds no lease, is never
     # claimed, holds its idempotency key (runnable: never lost). waiting_for says what it waits for.
     WAITING = "waiting", "waiting"

@@ -45,6 +45,7 @@ CREATE TRIGGER todo_registers_queue BEFORE INSERT OR UPDATE OF queue ON todos_to
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0017_dependencies")]
+    # Issued as 0021 after 0017; main took 0020 (one fan-in) meanwhile, so it follows that.
+    dependencies = [("todos", "0020_one_fan_in")]
 
     operations = [migrations.RunSQL(FORWARD, BACKWARD)]

@@ -20,7 +20,7 @@ operators, reads, retention, queue_controls); what several of them share is in c
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
-from todos.sql.claim import CLAIM_NEXT, CLAIM_ONE, CLAIM_ORDER
+from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import (
     BRIEF_COLUMNS,
@@ -47,9 +47,7 @@ from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
 from todos.sql.waits import (
-    ATTACH_AWAITED,
-    AWAITED,
-    FINISHED,
+    LINK_WAIT,
     RESOLVE_EVENTS,
     RESOLVE_MANUAL,
     RESOLVE_TOKEN,
@@ -59,11 +57,10 @@ from todos.sql.waits import (
 )
 
 __all__ = [
-    "ATTACH_AWAITED",
-    "AWAITED",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
+    "CLAIM_NEXT_FAIR",
     "CLAIM_ONE",
     "CLAIM_ORDER",
     "COMPLETE",
@@ -76,10 +73,10 @@ __all__ = [
     "DISCARD",
     "EVENT_PAGE",
     "FAIL",
-    "FINISHED",
     "FORCE_RELEASE",
     "HEARTBEAT",
     "LINK",
+    "LINK_WAIT",
     "NOTIFY_CHANNEL",
     "PAUSE_QUEUE",
     "PER_MINUTE",

@@ -48,11 +48,45 @@ _CLAIM_SET = f"""
 #    lock. A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
 #    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
 #  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is not locked: its claimers lock keys
-#    instead (CLAIM_NEXT's fair branch), so they run side by side.
+#    instead (CLAIM_NEXT_FAIR), so they run side by side. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair
+#    settings (``fair``); the plain CLAIM_NEXT reads what it read before fair share, plus ``keyed``.
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
+# The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
+# caller's: a one-time filter over ``queues``, which it reads anyway.
+_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed)"
 
 
-def _queue_quotas(eligible: str) -> str:
+def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
+    """The queue controls' CTEs: for CLAIM_NEXT_FAIR and CLAIM_ONE (``fair``) every eligible queue, keyed
+    ones with their fair settings; for the plain CLAIM_NEXT, what a claim read before fair share, and nothing
+    at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
+    if not fair:
+        return f"""queues AS MATERIALIZED (
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed
+    FROM todos_queue q
+    WHERE {eligible} AND NOT q.paused
+),
+limited AS MATERIALIZED (
+    SELECT q.name, q.max_claimed,
+        CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
+            + GREATEST(EXTRACT(EPOCH FROM now() - q.refilled_at)::double precision, 0) * q.rate_per_second) END
+            AS tokens
+    FROM queues JOIN todos_queue q ON q.name = queues.name
+    WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
+      AND NOT {_KEYED}  -- and fair share set meanwhile: its caps are CLAIM_NEXT_FAIR's to keep
+      AND {_NO_KEYED}
+    ORDER BY q.name
+    FOR UPDATE OF q
+),
+quotas AS MATERIALIZED (
+    SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited AND {_NO_KEYED}
+    UNION ALL
+    -- LEAST ignores NULLs: a control that is not set does not limit.
+    SELECT name, GREATEST(LEAST(%(limit)s::integer,
+        CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
+        floor(tokens)::integer), 0)
+    FROM limited
+)"""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
         q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round
@@ -103,6 +137,12 @@ bucket AS (
 #  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
 #    keeps at most that many per queue across the branches, in claim order. With no limited queue among
 #    the caller's, ``chosen`` is wave 1's: the candidates in claim order.
+#  * Keyed queues (fair share, issue 22) are CLAIM_NEXT_FAIR's. When one is among the caller's queues, this
+#    statement takes nothing and locks nothing (``quotas`` and ``limited`` are empty) and returns one row
+#    of NULLs instead: queue.claim_next then runs CLAIM_NEXT_FAIR, which claims from all of them, so
+#    priority stays global across a scope of plain and fair queues. Telling costs a plain claim no read:
+#    ``keyed`` comes from the queue rows it reads anyway, and PostgreSQL initialises no fair-share plan node
+#    for it (issue 22: those nodes cost a plain claim about 0.25 ms, a quarter of its throughput).
 #  * Due retries come from todo_retry_queue_due, one descent per queue as for scheduled todos (migration
 #    0019). Lapsed leases are few (the reaper keeps them so); they come from their partial index in
 #    expiry order.
@@ -116,6 +156,90 @@ bucket AS (
 #    whatever the plan guessed (a join to chosen was once served by hashing the whole table).
 #  * A branch may lock up to %(limit)s rows per queue that the final LIMIT does not take; those locks
 #    end with this statement's transaction, a millisecond later.
+_CALLERS = "q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])"
+# The row that tells queue.claim_next to run CLAIM_NEXT_FAIR: every column NULL (a claimed todo's id never is).
+_RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
+CLAIM_NEXT = f"""
+WITH {_queue_quotas(_CALLERS)},
+pending AS MATERIALIZED (
+    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
+        -- so no other index can ever serve this order: the planner once served the claim from the admin's
+        -- created_at index and walked the done history at its head on every claim (migration 0007: in a
+        -- 45 s soak, 10,000 buffers a claim, throughput down by two thirds).
+        ORDER BY t.priority, t.run_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) p
+),
+scheduled AS MATERIALIZED (
+    SELECT s.id, s.queue, s.priority, s.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) s
+),
+lapsed AS MATERIALIZED (
+    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+    WHERE {S.RECLAIMABLE.sql("t")}
+      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+    ORDER BY t.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+due AS MATERIALIZED (
+    SELECT d.id, d.queue, d.priority, d.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
+        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
+        -- a generic plan once read every due retry of every queue through that index and sorted them.
+        ORDER BY t.next_retry_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) d
+),
+candidates AS (
+    SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+),
+chosen AS MATERIALIZED (
+    -- No limited queue among the caller's (a one-time filter): the candidates in claim order, as wave 1
+    -- took them.
+    (SELECT id, queue FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
+     ORDER BY {CLAIM_ORDER} LIMIT %(limit)s)
+    UNION ALL
+    -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota.
+    (SELECT id, queue FROM (
+        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth
+        FROM candidates c WHERE EXISTS (SELECT FROM limited)
+    ) ranked JOIN quotas ON quotas.name = ranked.queue
+    WHERE ranked.nth <= quotas.quota
+    ORDER BY {S.claim_order_sql("ranked")}
+    LIMIT %(limit)s)
+),
+{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
+claimed AS (
+    UPDATE todos_todo t SET {_CLAIM_SET}
+    WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
+    RETURNING {_RETURNING_T}
+)
+SELECT * FROM claimed
+UNION ALL
+{_RUN_FAIR} WHERE EXISTS (SELECT FROM queues WHERE keyed)
+"""
+
+# claim_next_fair: CLAIM_NEXT when a keyed queue is among the caller's queues (queue.claim_next runs it when
+# CLAIM_NEXT answers its row of NULLs), over all of them: what CLAIM_NEXT does for the plain ones, in one
+# claim order with the keyed ones. Guard, locks and indexes as CLAIM_NEXT's, and for keyed queues as follows.
 #
 # Fair share (issue 22), on a keyed queue (fair, or max_claimed_per_key set). Each key k has a pass
 # vtime(k) in todos_fairkey; the queue has a round R (fair_round). A key's next claim starts at
@@ -151,10 +275,9 @@ bucket AS (
 #    8 lowest keys below the round that have nothing pending (lossless: such a key would rejoin at the
 #    round anyway), after locking each (SKIP LOCKED: a create registering it holds it FOR KEY SHARE) and
 #    re-checking with a fresh snapshot (todos_fair_key_pending).
-#  * Plain queues run none of this: every fair CTE starts from ``fair_queues`` or the keyed ``quotas``,
-#    which are then empty.
-CLAIM_NEXT = f"""
-WITH {_queue_quotas("q.name LIKE ANY(%(scopes)s::text[]) AND q.name LIKE ANY(%(wanted)s::text[])")},
+#  * Plain queues run none of this: CLAIM_NEXT claims for a caller whose queues are all plain.
+CLAIM_NEXT_FAIR = f"""
+WITH {_queue_quotas(_CALLERS, fair=True)},
 pending AS MATERIALIZED (
     SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM (SELECT * FROM quotas WHERE NOT keyed) quotas
     CROSS JOIN LATERAL (
@@ -322,22 +445,28 @@ RETURNING {_RETURNING_T}
 """
 
 # claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's
-# controls let one more through (the same _queue_quotas as claim_next); on a queue with
-# max_claimed_per_key, its key too, locked as claim_next locks keys (waiting for a claimer holding it). A
-# concurrent claim of the same row waits for the first and then re-checks the guard, so only one wins. A
-# claim by id is outside the round robin: it does not move the key's pass.
+# controls let one more through (the same _queue_quotas as CLAIM_NEXT_FAIR); on a queue with
+# max_claimed_per_key, its key too, locked as CLAIM_NEXT_FAIR locks keys (waiting for a claimer holding it).
+# Guard: _CLAIMABLE on the row; lock: the row's (the UPDATE) and a limited queue's; index: the primary key.
+# A concurrent claim of the same row waits for the first and then re-checks the guard, so only one wins. A
+# claim by id is outside the round robin: it does not move the key's pass. On any other queue it reads no
+# more than before fair share: the todo's key is looked up (a second read of its row) only when key_cap is
+# set.
 _ITS_QUEUE = "q.name = (SELECT queue FROM todos_todo WHERE id = %(id)s) AND q.name LIKE ANY(%(scopes)s::text[])"
 CLAIM_ONE = f"""
-WITH {_queue_quotas(_ITS_QUEUE)},
-its_key AS MATERIALIZED (
-    SELECT t.fair_key FROM todos_todo t JOIN queues q ON q.name = t.queue
-    WHERE t.id = %(id)s AND (q.key_cap IS NULL OR EXISTS (
-        SELECT FROM todos_fair_lock_key(t.queue, t.fair_key, q.key_cap, true)))
+WITH {_queue_quotas(_ITS_QUEUE, fair=True)},
+-- Its key at its cap (or never locked): checked only on a queue with max_claimed_per_key (key_cap IS NOT
+-- NULL comes first), so a claim on any other queue reads no more rows than before fair share.
+key_full AS MATERIALIZED (
+    SELECT FROM queues q
+    WHERE q.key_cap IS NOT NULL AND NOT EXISTS (
+        SELECT FROM todos_todo t
+        WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(q.name, t.fair_key, q.key_cap, true)))
 ),
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
     WHERE t.id = %(id)s AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND {_CLAIMABLE}
-      AND EXISTS (SELECT FROM its_key)
+      AND NOT EXISTS (SELECT FROM key_full)
     RETURNING {_RETURNING_T}
 ),
 {_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")}

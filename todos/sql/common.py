@@ -6,8 +6,8 @@ from todos import states as S
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
-    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, awaited_by, awaited_left,
-    progress, checkpoint, traceparent, fair_key, depends_on, dependencies_left, on_dependency_failure, has_dependents"""
+    next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, progress, checkpoint,
+    traceparent, fair_key, depends_on, dependencies_left, on_dependency_failure, has_dependents"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue.py builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -58,78 +58,36 @@ SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 
 # A resolved todo is runnable at once (scheduled instead if a dependency of a future run_at, never
 # claimed, is what it waited for: that is the only shape a scheduled todo may have). ``by`` and ``detail``
-# are SQL: who resolved it and the jsonb merged into its resolution.
-def _resolved_set(by: str, detail: str = "'{}'::jsonb", alias: str = "t", when: str | None = None) -> str:
-    """The SET list that resolves a waiting todo; with ``when``, only rows for which it holds (others keep
-    their values: for a statement that also updates rows it does not resolve)."""
-
-    def only(value: str, column: str) -> str:
-        return value if when is None else f"CASE WHEN {when} THEN {value} ELSE {alias}.{column} END"
-
-    state = (
-        f"CASE WHEN {alias}.run_at > now() AND {alias}.owner IS NULL THEN '{S.TodoState.SCHEDULED}' "
-        f"ELSE '{S.TodoState.PENDING}' END"
-    )
-    entry = f"""{alias}.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', {alias}.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by}))"""
+# are SQL: who resolved it and the jsonb merged into its resolution. A wait on todos resolved another way
+# keeps its open edges until they settle (counting nothing off: it no longer waits) or its next wait
+# deletes them; its count goes, so dependencies_left is only ever set while a todo waits on edges.
+# todos_settle_dependents (migration 0020) resolves a wait on todos the same way, written out there.
+def _resolved_set(by: str, detail: str = "'{}'::jsonb") -> str:
+    """The SET list that resolves a waiting todo (alias t)."""
     return f"""
-    state = {only(state, "state")},
-    waiting_for = {only("NULL", "waiting_for")},
-    resolution = {only(f"jsonb_build_object('by', {by}, 'at', now()) || {detail}", "resolution")},
-    errors = {only(entry, "errors")},
-    updated_at = {only("now()", "updated_at")}"""
+    state = CASE WHEN t.run_at > now() AND t.owner IS NULL THEN '{S.TodoState.SCHEDULED}'
+        ELSE '{S.TodoState.PENDING}' END,
+    waiting_for = NULL,
+    dependencies_left = 0,
+    resolution = jsonb_build_object('by', {by}, 'at', now()) || {detail},
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by})),
+    updated_at = now()"""
 
 
-# For the hook below, on a waiter p (its latest version) and f.ids, the todos of this statement that
-# finished and name p in their awaited_by: whether its current wait is for any of them (awaited_left is
-# set by each wait on todos and cleared by any other wait, so an edge left by an earlier wait counts for
-# nothing), what is left once they are taken off, and whether that is nothing.
-_COUNTS = f"({S.WAITING.sql('p')} AND p.awaited_left && f.ids)"
-_LEFT = "ARRAY(SELECT x FROM unnest(p.awaited_left) x WHERE x <> ALL(f.ids))::varchar(40)[]"
-_RESOLVES = f"({_COUNTS} AND cardinality({_LEFT}) = 0)"
-
-
-def _finishing(changed: str, *, finished: str, notify_when: str = "false", before: str = "") -> str:
-    """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue and awaited_by) whose
-    rows may finish todos that others wait for (``finished``: a condition on its rows, alias c). In the
-    same statement each waiter named in a finished row's awaited_by takes it off its awaited_left; one
-    left with nothing becomes pending (resolution by "todos"). Notifies the queues of ``changed``'s rows
-    that satisfy ``notify_when`` and of every todo it woke; returns ``changed``'s rows. ``before``: CTEs
-    that ``changed`` reads (a WITH cannot nest a data-modifying one).
-
-    Why this cannot miss a wake: awaited_by comes from the row this statement updated, in its latest
-    version (a statement that waited for a lock re-reads the row), and queue.wait writes the edge by
-    updating that row. So either the wait's write came first and the finishing statement sees the edge,
-    or the finish came first and the wait, re-reading the row under its lock, counts it finished. The
-    waiter's row is found by id, and its latest version is what the CASEs read (its state, its list):
-    siblings finishing concurrently take its lock in turn and each takes itself off the last list. Most todos
-    have no awaited_by: the hook then costs nothing but an empty unnest.
-
-    It also settles the dependents of the todos it finished (_SETTLED: dependencies made at create, whose
-    dependent rows may be newer than this statement's snapshot); ``changed`` then returns state,
-    next_retry_at and has_dependents too."""
+def _finishing(changed: str, *, notify_when: str = "false", before: str = "") -> str:
+    """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue, state, next_retry_at and
+    has_dependents) whose rows may finish todos that others depend on or wait for: it settles them in the
+    same statement (_SETTLED: the edges of dependencies made at create and of holders' waits on todos alike,
+    whose dependent rows may be newer than this statement's snapshot). Notifies the queues of ``changed``'s
+    rows that satisfy ``notify_when`` (the function notifies those of the todos it moves); returns
+    ``changed``'s rows. ``before``: CTEs that ``changed`` reads (a WITH cannot nest a data-modifying one)."""
     return f"""
 WITH {before}changed AS ({changed}),
-woken AS (
-    UPDATE todos_todo p SET
-        awaited_left = CASE WHEN {_COUNTS} THEN {_LEFT} ELSE p.awaited_left END,
-        {_resolved_set("'todos'", "jsonb_build_object('todos', p.waiting_for->'todos')", "p", when=_RESOLVES)}
-    FROM (
-        SELECT w.waiter, array_agg(c.id) AS ids
-        FROM changed c CROSS JOIN LATERAL unnest(c.awaited_by) AS w(waiter)
-        WHERE {finished}
-        GROUP BY w.waiter
-    ) f
-    WHERE p.id = f.waiter AND p.id NOT IN (SELECT id FROM changed)
-    RETURNING p.queue, p.state
-),
 {_SETTLED},
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
-    FROM (SELECT queue, count(*) AS n FROM (
-        SELECT queue FROM changed WHERE {notify_when}
-        UNION ALL SELECT queue FROM woken WHERE {S.PENDING.sql("woken")}
-    ) q GROUP BY queue) q
+    FROM (SELECT queue, count(*) AS n FROM changed WHERE {notify_when} GROUP BY queue) q
 )
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
     CROSS JOIN (SELECT count(*) FROM settled) s

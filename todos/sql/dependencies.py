@@ -3,12 +3,13 @@
 A dependent waits (state waiting, dependencies_left > 0) for the todos it names; an edge (todos_dependency)
 records each. Whatever statement finishes a todo (complete, fail at the cap, the reaper at the cap, cancel,
 discard) settles its dependents in the same statement (_SETTLED, in _finishing), through the VOLATILE function
-todos_settle_dependents (migration 0017): done counts a dependency off; a dead-letter or a cancel applies
-the dependent's on_dependency_failure (cancel, or count it off); the last one moves it to pending (or
-scheduled, its run_at ahead), with a NOTIFY. A dependent cancelled that way settles its own dependents in
-the same call. Why a function: its statements take fresh snapshots. A create that links a dependency
-locks that row (LINK); a statement finishing it meanwhile waits for the lock, and its own snapshot,
-taken before the wait, would miss the new edges and dependent; the function's does not.
+todos_settle_dependents (migrations 0017, 0020): done counts a dependency off; a dead-letter or a cancel
+applies the dependent's on_dependency_failure (cancel, or count it off); the last one moves it to pending (or
+scheduled, its run_at ahead), with a NOTIFY. A dependent cancelled that way settles its own dependents in the
+same call. A holder's wait on todos makes the same edges, marked wait (todos/sql/waits.py, LINK_WAIT): every
+outcome counts off, and the last one resolves the wait. Why a function: its statements take fresh snapshots. A
+create that links a dependency locks that row (LINK); a statement finishing it meanwhile waits for the lock,
+and its own snapshot, taken before the wait, would miss the new edges and dependent; the function's does not.
 """
 
 from todos import states as S
@@ -43,7 +44,8 @@ linked AS (
 SELECT id, outcome FROM locked
 """
 
-# settle (create): the dependencies LINK found finished already, settled at once for the new edges.
+# settle (create, and a wait on todos): the todos LINK or LINK_WAIT found finished already, settled at once
+# for the new edges.
 SETTLE = "SELECT todos_settle_dependents(%(ids)s::text[], %(outcomes)s::text[])"
 
 # The todos just created, as they are after SETTLE moved some of them on.

@@ -59,7 +59,6 @@ UPDATE todos_todo SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """,
-    finished="true",
 )
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
@@ -78,7 +77,6 @@ WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """,
-    finished="true",
 )
 
 # fail: -> failed (notifies when the retry is due at once, e.g. retry_in 0). Below the cap a retry is
@@ -102,7 +100,6 @@ UPDATE todos_todo t SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
-    finished="c.state = 'failed' AND c.next_retry_at IS NULL",
     notify_when=S.RETRY_DUE.sql(),
 )
 

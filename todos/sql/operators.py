@@ -62,7 +62,6 @@ WHERE t.id = ANY(%(ids)s::text[]) AND {(S.PENDING | S.SCHEDULED | S.FAILED).sql(
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """,
-    finished="true",
 )
 
 # force_release (operator): claimed -> pending whatever the receipt. The attempt stays counted (it was
@@ -105,7 +104,6 @@ UPDATE todos_todo t SET
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}
 """,
-    finished="true",
     notify_when="true",
 )
 

@@ -75,14 +75,19 @@ ORDER BY q.name
 #  * one at its max_claimed: now (0), so the waiter re-polls with backoff (up to
 #    waiting.FALLBACK_POLL_SECONDS). A complete or fail that frees a slot does not notify: that would cost
 #    every completion of every queue a lookup, and the completing worker usually claims again itself.
+#  * one with max_claimed_per_key (issue 22): now, likewise. Its pending work may all be behind keys at
+#    their cap, and a complete that frees a key's slot does not notify either. Telling which keys are full
+#    would count every key's leases; a claim that found nothing is the cheaper check, and the backoff
+#    bounds how often it runs. Plain queues read nothing more for it: the column is on the row read anyway.
 SECONDS_UNTIL_CLAIMABLE = f"""
 WITH queues AS (
-    SELECT name, max_claimed, rate_per_second, rate_burst, tokens, refilled_at FROM todos_queue
+    SELECT name, max_claimed, rate_per_second, rate_burst, tokens, refilled_at, max_claimed_per_key
+    FROM todos_queue
     WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[]) AND NOT paused
 ),
 waiting AS (
     SELECT queues.* FROM queues
-    WHERE (max_claimed IS NOT NULL OR rate_per_second IS NOT NULL) AND EXISTS (
+    WHERE (max_claimed IS NOT NULL OR rate_per_second IS NOT NULL OR max_claimed_per_key IS NOT NULL) AND EXISTS (
         SELECT 1 FROM todos_todo t WHERE {S.PENDING.sql("t")} AND t.queue = queues.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s))
 )
@@ -103,7 +108,8 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(w.refilled_at + make_interval(secs => GREATEST(1 - w.tokens, 0) / w.rate_per_second))
      FROM waiting w WHERE w.rate_per_second IS NOT NULL),
     (SELECT min(CASE WHEN todos_live_leases(w.name) >= w.max_claimed THEN now() END)
-     FROM waiting w WHERE w.max_claimed IS NOT NULL)
+     FROM waiting w WHERE w.max_claimed IS NOT NULL),
+    (SELECT min(now()) FROM waiting w WHERE w.max_claimed_per_key IS NOT NULL)
 ) - now())::double precision
 """
 

@@ -25,9 +25,8 @@ UPDATE todos_todo t SET
     updated_at = now()
 FROM lapsed
 WHERE t.id = lapsed.id
-RETURNING t.id, t.queue, t.state, t.awaited_by, t.next_retry_at, t.has_dependents
+RETURNING t.id, t.queue, t.state, t.next_retry_at, t.has_dependents
 """,
-    finished="c.state = 'failed'",
     notify_when=S.PENDING.sql(),
 )
 

@@ -7,14 +7,13 @@ the other finds resolved_at set when it re-reads the locked row and changes noth
 """
 
 from todos import states as S
-from todos.sql.common import _HOLDS_RECEIPT, _RETURNING_T, NOTIFY_CHANNEL, _finishing, _resolved_set
-
-# What counts as finished for a todo that others wait for: done, cancelled or dead-lettered.
-FINISHED = S.DONE | S.CANCELLED | S.DEAD_LETTER
+from todos.sql.common import _HOLDS_RECEIPT, _OUTCOME, _RETURNING_T, NOTIFY_CHANNEL, _finishing, _resolved_set
 
 # wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
 # lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
-# the receipt; lock: the row. A wait on todos then runs ATTACH_AWAITED in the same transaction.
+# the receipt; lock: the row. dependencies_left: how many todos a wait on todos waits for (their edges,
+# LINK_WAIT, come first in the same transaction), else 0. %(unlink)s (every wait but one on todos, whose
+# LINK_WAIT does it): the todo's edges left by an earlier wait go, so they count nothing off this one.
 WAIT = f"""
 WITH changed AS (
     UPDATE todos_todo t SET
@@ -25,13 +24,16 @@ WITH changed AS (
         next_retry_at = NULL,
         waiting_for = %(waiting_for)s,
         resolution = NULL,
-        awaited_left = NULL,
+        dependencies_left = %(awaited)s,
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
             'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
         updated_at = now()
     WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
     RETURNING {_RETURNING_T}
+),
+unlinked AS (
+    DELETE FROM todos_dependency e USING changed WHERE e.dependent_id = changed.id AND e.wait AND %(unlink)s
 ),
 opened AS (
     INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
@@ -47,10 +49,39 @@ opened AS (
 SELECT * FROM changed
 """
 
-# The awaited todos a caller may see, and whether each has finished (a wait on todos, before WAIT).
-AWAITED = f"""
-SELECT t.id, {FINISHED.sql("t")} FROM todos_todo t
-WHERE t.id = ANY(%(ids)s::text[]) AND t.queue LIKE ANY(%(visible)s::text[])
+# link_wait (queue.wait on todos, before WAIT in the same transaction): the edges of the wait, as LINK makes
+# a create's, marked wait. Guard: each awaited todo is visible to the waiter (the ids that do not come back
+# are refused: 404, and the transaction rolls back). Lock: each awaited row FOR NO KEY UPDATE, in id order,
+# held to commit: a statement finishing one either finished it before (it comes back with its outcome, and
+# SETTLE counts it off once WAIT has made the waiter wait) or waits, then sees the flag and the committed
+# edge (todos_settle_dependents). Then the waiter's edges of an earlier wait go, and only then (the
+# counts order the CTEs): a statement finishing an awaited todo holds that row and then deletes its edges,
+# so deleting first and locking second could deadlock with it. Index: the primary keys, and
+# dependency_waiter for the waiter's old edges.
+LINK_WAIT = f"""
+WITH awaited AS (
+    SELECT * FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS a(id, n)
+),
+locked AS MATERIALIZED (
+    SELECT t.id, t.has_dependents, {_OUTCOME} AS outcome FROM todos_todo t
+    WHERE t.id IN (SELECT id FROM awaited) AND t.queue LIKE ANY(%(visible)s::text[])
+    ORDER BY t.id
+    FOR NO KEY UPDATE OF t
+),
+unlinked AS MATERIALIZED (
+    DELETE FROM todos_dependency e
+    WHERE e.dependent_id = %(id)s AND e.wait AND (SELECT count(*) FROM locked) >= 0
+    RETURNING e.dependency_id
+),
+flagged AS (
+    UPDATE todos_todo t SET has_dependents = true FROM locked WHERE t.id = locked.id AND NOT locked.has_dependents
+),
+linked AS (
+    INSERT INTO todos_dependency (dependency_id, dependent_id, position, wait)
+    SELECT a.id, %(id)s, a.n - 1, true FROM awaited a
+    WHERE a.id IN (SELECT id FROM locked) AND (SELECT count(*) FROM unlinked) >= 0
+)
+SELECT id, outcome FROM locked
 """
 
 
@@ -72,31 +103,6 @@ notified AS MATERIALIZED (
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
-
-# attach (queue.wait on todos, after WAIT in the same transaction): each awaited todo not finished gets the
-# waiter in its awaited_by (once), and the waiter's awaited_left lists those; none: resolved at once.
-# Updating the awaited rows is what makes a finishing statement and this one meet on the same row:
-# a todo finishing meanwhile is waited for and then, re-read, left out (see _finishing).
-ATTACH_AWAITED = f"""
-WITH kids AS (
-    UPDATE todos_todo k SET awaited_by = CASE WHEN %(id)s::text = ANY(k.awaited_by) THEN k.awaited_by
-        ELSE array_append(COALESCE(k.awaited_by, '{{}}'), %(id)s::varchar(40)) END
-    WHERE k.id = ANY(%(ids)s::text[]) AND NOT ({FINISHED.sql("k")})
-    RETURNING k.id
-),
-changed AS (
-    UPDATE todos_todo t SET
-        awaited_left = n.left,
-        {_resolved_set("'todos'", "jsonb_build_object('todos', t.waiting_for->'todos')", when="n.left = '{{}}'")}
-    FROM (SELECT COALESCE(array_agg(id), '{{}}')::varchar(40)[] AS left FROM kids) n
-    WHERE t.id = %(id)s AND {S.WAITING.sql("t")}
-    RETURNING {_RETURNING_T}
-),
-notified AS MATERIALIZED (
-    SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM changed WHERE {S.PENDING.sql()}
-)
-SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
-"""
 
 # resolve_token: the waitpoint whose token hashes to %(hash)s (unique index). No other credential:
 # the token is the credential. Resolves once; a second finds it closed.
@@ -152,6 +158,7 @@ TIME_OUT_WAITS = _finishing(
                 %(backoff_base)s::double precision * power(2, t.attempt)))
             END,
         waiting_for = NULL,
+        dependencies_left = 0,
         resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
         errors = t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
@@ -159,8 +166,7 @@ TIME_OUT_WAITS = _finishing(
         updated_at = now()
     FROM closed
     WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}
-    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.awaited_by, t.has_dependents""",
-    finished=f"{S.FAILED.sql('c')} AND c.next_retry_at IS NULL",
+    RETURNING t.id, t.queue, t.state, t.next_retry_at, t.has_dependents""",
     notify_when=S.PENDING.sql(),
     before="""due AS MATERIALIZED (
     SELECT todo_id FROM todos_waitpoint

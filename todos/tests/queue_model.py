@@ -206,7 +206,7 @@ class QueueModel:
     def _choose_fair(
         self, agent: ModelAgent, queues: set[str], mine: list[ModelTodo], candidates: list[ModelTodo], limit: int
     ) -> list[ModelTodo]:
-        """CLAIM_NEXT with a fair queue among the caller's (weights 1, no caps, one claimer): a fair queue's
+        """CLAIM_NEXT_FAIR with a fair queue among the caller's (weights 1, no caps, one claimer): a fair queue's
         pending todos come from the walk (keys in (pass, key) order with pending work at the queue's top
         priority, the first ``limit`` of them, one todo each); a fair queue's candidates then go first at
         their priority, by their key's start; at most one todo per key. Key state moves as the statement's."""

@@ -72,10 +72,24 @@ def test_a_bad_fair_setting_is_400_naming_the_field_and_changes_nothing(manager,
     assert (row.fair, row.fair_weights, row.max_claimed_per_key) == (False, {}, None)
 
 
-def test_fair_on_an_unknown_queue_is_not_found_and_creates_no_queue(manager):
-    response = _patch(manager, "/queues/jobs.nope/", {"fair": True})
-    assert response.status_code == 404
+@pytest.mark.parametrize(
+    "body", [{"fair": True}, {"fair_weights": {"a": 2}}, {"max_claimed_per_key": 1}, {"fair": True, "fair_weights": {}}]
+)
+def test_fair_on_an_unknown_queue_is_not_found_naming_the_queue_and_creates_no_queue(manager, body):
+    response = _patch(manager, "/queues/jobs.nope/", body)
+    assert response.status_code == 404, response.content
+    error = response.json()["error"]
+    assert error["code"] == "not_found"
+    assert error["fields"] == {"queue": ["No queue 'jobs.nope'."]}
     assert not Queue.objects.filter(name="jobs.nope").exists()
+    assert manager.get("/queues/jobs.nope/").json()["error"]["fields"] == {"queue": ["No queue 'jobs.nope'."]}
+
+
+def test_a_bad_fair_setting_on_an_unknown_queue_is_400_naming_the_field(manager):
+    """The body is checked before the queue is looked up: a bad value is named whatever the URL."""
+    response = _patch(manager, "/queues/jobs.nope/", {"fair_weights": {"a": 0}})
+    assert response.status_code == 400
+    assert "fair_weights" in response.json()["error"]["fields"]
 
 
 def test_an_agent_without_can_manage_may_not_make_a_queue_fair(make_agent, api_for, manager):

@@ -12,7 +12,7 @@ import requests
 from asgiref.sync import async_to_sync
 from django.db import connection, connections
 
-from todos import queue, waiting
+from todos import controls, queue, waiting
 from todos.models import Todo, TodoState
 from todos.tests.conftest import Api
 from todos.waiting import listener, waiters
@@ -72,6 +72,31 @@ def _wait_for_waiters(n: int, timeout: float = 5) -> None:
     while len(waiters._waiters) < n:
         assert time.monotonic() < deadline, "the request never started waiting"
         time.sleep(0.01)
+
+
+def test_long_poll_on_a_key_capped_queue_returns_when_the_key_holder_completes(http, listening, agent):
+    """Issue 22: the queue's only claimable todo is behind a key at max_claimed_per_key. A complete frees the
+    slot without a NOTIFY; the waiter re-polls with backoff (as at max_claimed) rather than sleeping out its
+    wait."""
+    first, _ = queue.create(queue="jobs.keyed", fair_key="pr-1")
+    behind, _ = queue.create(queue="jobs.keyed", fair_key="pr-1")
+    queue.create(queue="jobs.keyed", fair_key="pr-2")
+    controls.set_limits("jobs.keyed", max_claimed_per_key=1)
+    held = queue.claim_next(agent=agent, queues=["jobs.keyed"], limit=2)
+    assert sorted(t.fair_key for t in held) == ["pr-1", "pr-2"]
+    holder = next(t for t in held if t.id == first.id)
+    thread, out = _claim_in_thread(http, {"queues": ["jobs.keyed"], "wait_seconds": 20})
+    _wait_for_waiters(1)
+    time.sleep(1.5)
+    assert thread.is_alive(), "a second lease of key pr-1 was handed out"
+    completed = time.monotonic()
+    assert holder.lease_id is not None
+    queue.complete(holder.id, agent=agent, lease_id=holder.lease_id)
+    thread.join(10)
+    assert not thread.is_alive(), "the long-poll slept on with a claimable todo"
+    assert out["status"] == 200
+    assert [t["id"] for t in out["todos"]] == [behind.id]
+    assert out["answered"] - completed < 3
 
 
 def test_long_poll_wakes_when_a_matching_todo_is_created(http, listening):

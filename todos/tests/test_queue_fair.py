@@ -1,5 +1,5 @@
 """Fair share (issue 22): weighted round robin over the todos' fair_keys and per-key caps, decided by the
-claim statement (todos/sql/claim.py, CLAIM_NEXT), against real PostgreSQL with concurrent claimers."""
+claim statement (todos/sql/claim.py, CLAIM_NEXT_FAIR), against real PostgreSQL with concurrent claimers."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 
 from todos import queue
 from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
-from todos.models import Todo, TodoState, Waitpoint
+from todos.models import Dependency, Todo, TodoState, Waitpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -211,3 +211,47 @@ def test_a_new_wait_forgets_the_todos_an_earlier_one_awaited(agent, make_todo):
     _wait(agent, parent, {"token": True})
     queue.complete(child.id, agent=agent, lease_id=child.lease_id)
     assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING  # still waiting for its token
+
+
+def test_a_todo_cancelled_by_its_dependency_failing_finishes_it_for_a_wait(agent, make_todo):
+    # The dependency's dead-letter cancels its dependent (on_dependency_failure cancel); the todo waiting
+    # for that dependent must see it finish in the same statement, not at its timeout.
+    dependency = _claimed(agent, make_todo, "kids", max_attempts=1)
+    dependent, _ = queue.create(queue="kids", depends_on=[dependency.id])
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [dependent.id]})
+    queue.fail(dependency.id, agent=agent, lease_id=dependency.lease_id, error="boom")
+    assert Todo.objects.get(pk=dependent.id).state == TodoState.CANCELLED
+    after = Todo.objects.get(pk=parent.id)
+    assert after.state == TodoState.PENDING
+    assert after.resolution["by"] == "todos" and after.resolution["todos"] == [dependent.id]
+    assert [e["error"] for e in after.errors].count("wait resolved") == 1
+    assert Waitpoint.objects.get(todo_id=parent.id).resolved_at is not None  # the timeout sweep finds nothing
+    assert queue.time_out_waits(batch=10) == 0
+
+
+def test_a_wait_that_timed_out_leaves_no_edge_to_count_off_the_next_one(agent, make_todo):
+    old, again = _claimed(agent, make_todo, "kids"), _claimed(agent, make_todo, "kids")
+    parent = _claimed(agent, make_todo)
+    _wait(agent, parent, {"todos": [old.id, again.id]})
+    _expire(parent)
+    assert queue.time_out_waits(batch=10) == 1
+    parent = queue.claim(parent.id, agent=agent)
+    _wait(agent, parent, {"todos": [again.id]})  # the same child again: its old edge is replaced
+    queue.complete(old.id, agent=agent, lease_id=old.lease_id)  # awaited by the old wait only
+    assert Todo.objects.get(pk=parent.id).state == TodoState.WAITING
+    queue.complete(again.id, agent=agent, lease_id=again.lease_id)
+    after = Todo.objects.get(pk=parent.id)
+    assert after.state == TodoState.PENDING and after.resolution["todos"] == [again.id]
+    assert not Dependency.objects.filter(dependent_id=parent.id).exists()
+
+
+def test_a_wait_on_todos_ignores_the_waiters_on_dependency_failure(agent, make_todo):
+    # A wait resolves whatever its todos' outcomes; on_dependency_failure is for dependencies made at create.
+    child = _claimed(agent, make_todo, "kids", max_attempts=1)
+    parent = _claimed(agent, make_todo)
+    Todo.objects.filter(pk=parent.id).update(on_dependency_failure="cancel")
+    _wait(agent, parent, {"todos": [child.id]})
+    queue.fail(child.id, agent=agent, lease_id=child.lease_id, error="boom")
+    after = Todo.objects.get(pk=parent.id)
+    assert after.state == TodoState.PENDING and after.resolution["by"] == "todos"

@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 
 from todos import queue
 from todos.errors import TodoConflict
-from todos.models import Todo, TodoState, Waitpoint
+from todos.models import Dependency, Todo, TodoState, Waitpoint
 from todos.tests.test_queue_notify import heard  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,7 +110,7 @@ def test_children_finishing_while_the_parent_starts_waiting_still_wake_it(make_a
         results = _race(*steps)
         assert not [r for r in results if isinstance(r, Exception)]
         after = Todo.objects.get(pk=parent.id)
-        assert after.state == TodoState.PENDING, after.awaited_left
+        assert after.state == TodoState.PENDING, after.dependencies_left
         assert [e["error"] for e in after.errors].count("wait resolved") == 1
 
 
@@ -129,7 +129,7 @@ def test_sixteen_threads_completing_the_children_of_a_waiting_parent_wake_it_exa
     after = Todo.objects.get(pk=parent.id)
     assert after.state == TodoState.PENDING
     assert [e["error"] for e in after.errors].count("wait resolved") == 1
-    assert after.awaited_left == []
+    assert after.dependencies_left == 0 and not Dependency.objects.filter(dependent_id=parent.id).exists()
 
 
 def test_a_resolved_wait_and_the_last_awaited_todo_notify_their_queues(agent, make_todo, heard):  # noqa: F811
@@ -143,3 +143,43 @@ def test_a_resolved_wait_and_the_last_awaited_todo_notify_their_queues(agent, ma
     heard()
     queue.complete(child.id, agent=agent, lease_id=child.lease_id)
     assert heard() == ["jobs"]
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_a_timeout_racing_the_last_awaited_todo_has_exactly_one_winner(agent, make_todo, round_):
+    child = queue.claim(make_todo("kids").id, agent=agent)
+    parent = queue.claim(make_todo("jobs").id, agent=agent)
+    queue.wait(parent.id, agent=agent, lease_id=parent.lease_id, wait_for={"todos": [child.id]}, timeout_seconds=60)
+    Waitpoint.objects.filter(todo_id=parent.id).update(timeout_at=Now() - timedelta(seconds=1))
+    timed_out, completed = _race(
+        lambda: queue.time_out_waits(batch=10),
+        lambda: queue.complete(child.id, agent=agent, lease_id=child.lease_id),
+    )
+    assert not isinstance(completed, Exception) and not isinstance(timed_out, Exception)
+    after = Todo.objects.get(pk=parent.id)
+    assert after.state == TodoState.PENDING
+    assert after.resolution["by"] == ("timeout" if timed_out == 1 else "todos")
+    entries = [e["error"] for e in after.errors]
+    assert entries.count("wait resolved") + entries.count("wait timed out") == 1
+    assert Waitpoint.objects.get(todo_id=parent.id).resolved_at is not None
+
+
+def test_a_cancel_cascade_reaches_a_parent_that_starts_waiting_meanwhile(make_agent, make_todo):
+    agent = make_agent("fan")
+    for _ in range(10):
+        # root dead-letters -> its dependents (made at create, policy cancel) are cancelled -> the parent,
+        # waiting for those dependents, resolves: in the statement of the failure, or at once in its wait.
+        root = queue.claim(make_todo("kids", max_attempts=1).id, agent=agent)
+        dependents = [queue.create(queue="kids", depends_on=[root.id])[0] for _ in range(3)]
+        parent = queue.claim(make_todo("jobs").id, agent=agent)
+        results = _race(
+            lambda root=root: queue.fail(root.id, agent=agent, lease_id=root.lease_id, error="boom"),
+            lambda parent=parent, ids=[d.id for d in dependents]: queue.wait(
+                parent.id, agent=agent, lease_id=parent.lease_id, wait_for={"todos": ids}, timeout_seconds=60
+            ),
+        )
+        assert not [r for r in results if isinstance(r, Exception)]
+        assert {t.state for t in Todo.objects.filter(pk__in=[d.id for d in dependents])} == {TodoState.CANCELLED}
+        after = Todo.objects.get(pk=parent.id)
+        assert after.state == TodoState.PENDING and after.resolution["by"] == "todos"
+        assert [e["error"] for e in after.errors].count("wait resolved") == 1
