@@ -92,29 +92,14 @@ def pgbench_statements(claim_like: list[str], visible_like: list[str]) -> tuple[
             "result": "NULL",
         },
     )
-    # CREATE_MANY with one item (what queue.create runs): each column a one-element array.
-    one_item = {
-        "ids": "'td_' || md5(random()::text || clock_timestamp()::text)",
-        "queues": _sql_literal(ENQUEUE_QUEUE),
-        "sources": "'bench'",
-        "kinds": "'noop'",
-        "titles": "'no-op'",
-        "payloads": "'{}'::jsonb",
-        "event_ids": "NULL",
-        "keys": "md5(random()::text || clock_timestamp()::text)",
-        "assignees": "NULL",
-        "max_attempts": "5",
-        "run_ats": "NULL",
-        "delays": "NULL",
-        "priorities": "0",
-        "dependency_counts": "0",
-        "policies": "'cancel'",
-        "targets": "false",
-        "waiting_fors": "NULL",
-        "traceparents": "NULL",
-        "fair_keys": "''",
-    }
-    create = _render(sql.CREATE_MANY, {name: f"ARRAY[{value}]" for name, value in one_item.items()})
+    # CREATE_MANY with one item (what queue.create runs): a JSON array of one object, defaults left out.
+    one_item = (
+        "json_build_array(json_build_object("
+        "'id', 'td_' || md5(random()::text || clock_timestamp()::text), "
+        f"'queue', {_sql_literal(ENQUEUE_QUEUE)}, 'source', 'bench', 'kind', 'noop', 'title', 'no-op', "
+        "'idempotency_key', md5(random()::text || clock_timestamp()::text)))"
+    )
+    create = _render(sql.CREATE_MANY, {"items": one_item, "max_attempts": "5", "on_dependency_failure": "'cancel'"})
     return f"{claim}\n\\gset\n{complete};\n", f"{create};\n"
 
 

@@ -16,6 +16,7 @@ rolled back, so the table is the same for each plan.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -292,27 +293,12 @@ def plans() -> list[Plan]:
     failing = {"backoff_base": 10.0, "backoff_cap": 3600.0, "retry_in": None, "error": "boom"}
     receipt = {"id": live_id, "lease_id": live_lease, "agent": "worker", "visible": scopes_all}
     existing_key = one("SELECT idempotency_key FROM todos_todo WHERE state = 'pending' AND queue = 'github.push'")[0]
-    # CREATE_MANY with one item, as queue.create runs it: each column a one-element array.
-    create = {
-        "ids": ["td_explain"],
-        "queues": ["github.push"],
-        "sources": ["github"],
-        "kinds": ["event"],
-        "titles": ["new"],
-        "payloads": [Jsonb({})],
-        "event_ids": [None],
-        "assignees": [None],
-        "max_attempts": [5],
-        "run_ats": [None],
-        "delays": [None],
-        "priorities": [0],
-        "dependency_counts": [0],
-        "policies": ["cancel"],
-        "targets": [False],
-        "waiting_fors": [None],
-        "traceparents": [None],
-        "fair_keys": [""],
-    }
+
+    # CREATE_MANY with one item, as queue.create runs it: a JSON array of one object, defaults left out.
+    def create(**item: Any) -> dict[str, Any]:
+        row = {"id": "td_explain", "queue": "github.push", "source": "github", "kind": "event", "title": "new", **item}
+        return {"items": json.dumps([row]), "max_attempts": 5, "on_dependency_failure": "cancel"}
+
     later = one("SELECT id FROM todos_todo WHERE state = 'scheduled' AND run_at > now() + interval '1 hour' LIMIT 1")
     crashed_fleet = """UPDATE todos_todo SET state = 'claimed', attempt = 1, owner = 'gone', lease_id = 'ls_x',
         lease_expires_at = now() - interval '1 minute' WHERE state = 'pending' AND queue = 'github.pull_request'"""
@@ -419,7 +405,7 @@ def plans() -> list[Plan]:
         (
             Plan("create scheduled for later", "sql.CREATE_MANY", "todo_runnable_idempotency_key"),
             sql.CREATE_MANY,
-            {**create, "keys": ["scheduled-key"], "delays": [3600.0]},
+            create(idempotency_key="scheduled-key", delay=3600.0),
         ),
         (
             Plan("heartbeat", "sql.HEARTBEAT", "todos_todo_pkey"),
@@ -441,14 +427,14 @@ def plans() -> list[Plan]:
         (
             Plan("create with a new idempotency key", "sql.CREATE_MANY", "todo_runnable_idempotency_key"),
             sql.CREATE_MANY,
-            {**create, "keys": ["brand-new-key"]},
+            create(idempotency_key="brand-new-key"),
         ),
         (
             Plan(
                 "create with a key a runnable todo holds (conflict)", "sql.CREATE_MANY", "todo_runnable_idempotency_key"
             ),
             sql.CREATE_MANY,
-            {**create, "keys": [existing_key]},
+            create(idempotency_key=existing_key),
         ),
         (
             Plan("the holder of a key (after a conflicting create)", "sql.RUNNABLE_BY_KEYS", ""),

@@ -408,23 +408,27 @@ def gunicorn(
     threads: int | None = None,
     log_name: str = "gunicorn",
     env: Mapping[str, str] | None = None,
+    root: Path = ROOT,
 ) -> Iterator[str]:
     """Run ``app`` under gunicorn with the project's gunicorn.conf.py (its worker class, timeouts and
     metrics set-up) on a free port; yields the base URL once /readyz answers 200. ``workers`` and
-    ``threads`` go through the GUNICORN_* variables the config reads; ``env`` is added to the project's."""
+    ``threads`` go through the GUNICORN_* variables the config reads; ``env`` is added to the project's.
+    ``root``: the tree to serve (another commit's, extracted: its code and its gunicorn.conf.py)."""
     port = free_port()
     extra = {"GUNICORN_BIND": f"127.0.0.1:{port}", **(env or {})}
     if workers:
         extra["GUNICORN_WORKERS"] = str(workers)
     if threads:
         extra["GUNICORN_THREADS"] = str(threads)
+    if root != ROOT:
+        extra["PYTHONPATH"] = str(root)
     child_env = project_env(database_url, **extra)
     # gunicorn.conf.py makes (and empties) one metrics directory per master: two masters must not share one.
     child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = open(out_dir() / f"{log_name}-{port}.log", "w")
     proc = subprocess.Popen(
         [PYTHON, "-m", "gunicorn", app, "-c", "gunicorn.conf.py"],
-        cwd=ROOT,
+        cwd=root,
         env=child_env,
         stdout=log,
         stderr=subprocess.STDOUT,

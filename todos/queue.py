@@ -9,11 +9,12 @@ the cursor and row plumbing is in todos/rows.py.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -193,15 +194,16 @@ def create(
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
     }
-    return _create_many([item], agent, batch=False)[0]
+    return _create_many([item], agent, _WHOLE, batch=False)[0]
 
 
-def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None) -> list[tuple[Todo, bool]]:
+def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None) -> list[tuple[TodoRef, bool]]:
     """create for a batch (up to MAX_CREATE_BATCH items, each a dict of create's arguments, plus
-    ``depends_on_index``: earlier items of the batch it depends on), all or nothing: one (todo, created) per
-    item, in order, or an error naming the item (``todos.<index>.<field>``) and nothing written."""
+    ``depends_on_index``: earlier items of the batch it depends on), all or nothing: one (todo's id and
+    state, created) per item, in order, or an error naming the item (``todos.<index>.<field>``) and nothing
+    written."""
     try:
-        outcomes = _create_many(items, agent, batch=True)
+        outcomes = _create_many(items, agent, _BRIEF, batch=True)
     except QueueError as exc:
         TRANSITIONS.labels(verb="create", outcome=exc.code).inc()
         raise
@@ -214,15 +216,50 @@ def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = Non
     return outcomes
 
 
+class TodoRef(NamedTuple):
+    """A todo as create_many answers for each item: what a batch's answer names (its id and state), and
+    what matches items to rows. Reading and building a thousand whole todos would cost more than their
+    INSERT (docs/benchmarks.md, "Batch create")."""
+
+    id: str
+    queue: str
+    idempotency_key: str | None
+    state: str
+
+
+_T = TypeVar("_T", Todo, TodoRef)
+
+
+@dataclass(frozen=True)
+class _Reading(Generic[_T]):
+    """The statements of a create, by what they hand back: whole todos (create) or TodoRefs (create_many)."""
+
+    insert: str
+    holders: str
+    by_id: str
+    fetch: Callable[[str, dict[str, Any]], list[_T]]
+
+
+def _fetch_refs(statement: str, params: dict[str, Any]) -> list[TodoRef]:
+    return [TodoRef._make(row) for row in fetchall(statement, params)]
+
+
+_WHOLE = _Reading(sql.CREATE_MANY, sql.RUNNABLE_BY_KEYS, sql.TODOS_BY_ID, fetch_todos)
+_BRIEF = _Reading(sql.CREATE_MANY_BRIEF, sql.RUNNABLE_BY_KEYS_BRIEF, sql.REFS_BY_ID, _fetch_refs)
+_POLICIES = frozenset(OnDependencyFailure.values)
+_CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
+
+
 def _invalid(detail: str, field: str, index: int | None) -> InvalidTransitionInput:
     if index is None:
         return InvalidTransitionInput(detail, field=field)
     return InvalidTransitionInput(f"Item {index}: {detail}", field=f"todos.{index}.{field}", index=index)
 
 
-def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None) -> None:
-    """What create refuses whoever calls it (the API's serializers bound the rest)."""
-    if unknown := sorted(set(item) - set(CREATE_FIELDS)):
+def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None, allowed: dict[str, bool]) -> None:
+    """What create refuses whoever calls it (the API's serializers bound the rest). ``allowed``: the
+    queues whose create scope this batch has checked already (a batch names few queues)."""
+    if unknown := sorted(item.keys() - _CREATE_FIELD_SET):
         raise _invalid("Unknown field.", unknown[0], index)
     queue = item.get("queue")
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
@@ -231,8 +268,11 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None)
             "queue",
             index,
         )
-    if agent is not None and not agent.may_create_in(queue):
-        raise _invalid(f"Queue {queue!r} is not in this agent's create scopes.", "queue", index)
+    if agent is not None:
+        if queue not in allowed:
+            allowed[queue] = agent.may_create_in(queue)
+        if not allowed[queue]:
+            raise _invalid(f"Queue {queue!r} is not in this agent's create scopes.", "queue", index)
     priority = item.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise _invalid(
@@ -248,7 +288,7 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None)
         raise _invalid("run_at needs a time zone offset (RFC 3339).", "run_at", index)
     if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
         raise _invalid(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", "delay_seconds", index)
-    if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in OnDependencyFailure.values:
+    if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
     if earlier and (
@@ -261,92 +301,112 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None)
         )
 
 
-def _create_many(items: Sequence[Mapping[str, Any]], agent: Agent | None, *, batch: bool) -> list[tuple[Todo, bool]]:
+def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: bool) -> dict[str, Any]:
+    """An item as a row of sql.CREATE_MANY's JSON: only the values that are not the column's default."""
+    row: dict[str, Any] = {"id": todo_id, "queue": item["queue"]}
+    for name in _DEFAULTED:  # '' (or the default max_attempts, policy, priority 0) when falsy
+        if value := item.get(name):
+            row[name] = value
+    for name in _NULLABLE:  # NULL when None; payload None is {}
+        if (value := item.get(name)) is not None:
+            row[name] = value
+    if (run_at := item.get("run_at")) is not None:
+        row["run_at"] = run_at.isoformat()
+    if (delay := item.get("delay_seconds")) is not None:
+        row["delay"] = delay
+    if wanted:
+        row["depends_on"] = wanted
+        row["waiting_for"] = {"todos": wanted}
+    if target:
+        row["has_dependents"] = True
+    return row
+
+
+_DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee")
+
+
+def _dependencies(item: Mapping[str, Any], ids: list[str]) -> list[str]:
+    given, earlier = item.get("depends_on"), item.get("depends_on_index")
+    if not given and not earlier:
+        return []
+    return list(dict.fromkeys([*(given or ()), *(ids[j] for j in earlier or ())]))
+
+
+def _create_many(
+    items: Sequence[Mapping[str, Any]], agent: Agent | None, reading: _Reading[_T], *, batch: bool
+) -> list[tuple[_T, bool]]:
     if not items:
         return []
     if len(items) > MAX_CREATE_BATCH:
         raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
+    allowed: dict[str, bool] = {}
     for index, item in enumerate(items):
-        _check_item(item, agent, index if batch else None)
+        _check_item(item, agent, index if batch else None, allowed)
     ids = [new_todo_id() for _ in items]
     # Each item's dependencies, in the order given (duplicates dropped): ids, then earlier items (by the id
     # generated for them: an item that turns out to exist already is repointed below).
-    wanted = [
-        list(dict.fromkeys([*(item.get("depends_on") or ()), *(ids[j] for j in item.get("depends_on_index") or ())]))
-        for item in items
-    ]
+    wanted = [_dependencies(item, ids) for item in items]
     targets = {j for item in items for j in item.get("depends_on_index") or ()}
-    params: dict[str, list[Any]] = {
-        "ids": ids,
-        "queues": [i["queue"] for i in items],
-        "sources": [i.get("source") or "" for i in items],
-        "kinds": [i.get("kind") or "" for i in items],
-        "titles": [i.get("title") or "" for i in items],
-        "payloads": [Jsonb(i["payload"] if i.get("payload") is not None else {}) for i in items],
-        "event_ids": [i.get("event_id") for i in items],
-        "keys": [i.get("idempotency_key") for i in items],
-        "assignees": [i.get("assignee") for i in items],
-        "max_attempts": [i.get("max_attempts") or settings.QUEUE_DEFAULT_MAX_ATTEMPTS for i in items],
-        "run_ats": [i.get("run_at") for i in items],
-        "delays": [i.get("delay_seconds") for i in items],
-        "priorities": [i.get("priority", 0) for i in items],
-        "dependency_counts": [len(w) for w in wanted],
-        "policies": [i.get("on_dependency_failure") or OnDependencyFailure.CANCEL for i in items],
-        "targets": [n in targets for n in range(len(items))],
-        "waiting_fors": [Jsonb({"todos": w}) if w else None for w in wanted],
-        "fair_keys": [i.get("fair_key") or "" for i in items],
-    }
-    with tracing.creating_many([(i.get("traceparent"), i["queue"]) for i in items]) as params["traceparents"]:
+    rows = [_item_row(item, ids[n], wanted[n], n in targets) for n, item in enumerate(items)]
+    with tracing.creating_many([(i.get("traceparent"), i["queue"]) for i in items]) as traceparents:
+        for row, traceparent in zip(rows, traceparents, strict=True):
+            if traceparent is not None:
+                row["traceparent"] = traceparent
         if not any(wanted) and len(items) == 1:
-            return [_insert(params, items)[0]]  # one statement (and its rare retries): no transaction needed
+            return [_insert(reading, rows)[0]]  # one statement (and its rare retries): no transaction needed
         with transaction.atomic():
-            outcomes = _insert(params, items)
+            outcomes = _insert(reading, rows)
             if any(wanted):
-                outcomes = _link(outcomes, ids, wanted, items, agent, batch)
+                outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
             return outcomes
 
 
-def _insert(params: dict[str, list[Any]], items: Sequence[Mapping[str, Any]]) -> list[tuple[Todo, bool]]:
+def _insert(reading: _Reading[_T], rows: list[dict[str, Any]]) -> list[tuple[_T, bool]]:
     """CREATE_MANY, then the holders of the keys of the items that did not insert. The holder of a key may
     finish between our conflicting INSERT and the read; those items are inserted again."""
-    outcomes: dict[int, tuple[Todo, bool]] = {}
-    todo_at: Sequence[int] = range(len(items))
+    outcomes: dict[int, tuple[_T, bool]] = {}
+    todo_at: Sequence[int] = range(len(rows))
+    defaults = {
+        "max_attempts": settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
+        "on_dependency_failure": OnDependencyFailure.CANCEL.value,
+    }
     for _ in range(5):
-        wanted = {params["ids"][n]: n for n in todo_at}
-        run = {k: [v[n] for n in todo_at] for k, v in params.items()}
-        for todo in fetch_todos(sql.CREATE_MANY, run):
+        wanted = {rows[n]["id"]: n for n in todo_at}
+        # One JSON text, cast to json by the statement (never jsonb: that would parse the batch twice).
+        items = json.dumps([rows[n] for n in todo_at], separators=(",", ":"))
+        for todo in reading.fetch(reading.insert, {"items": items, **defaults}):
             outcomes[wanted.pop(todo.id)] = (todo, True)
         if not wanted:
             break
         rest = list(wanted.values())
+        keyed = [(rows[n]["queue"], rows[n].get("idempotency_key")) for n in rest]
         holders = {
             (t.queue, t.idempotency_key): t
-            for t in fetch_todos(
-                sql.RUNNABLE_BY_KEYS,
-                {"queues": [params["queues"][n] for n in rest], "keys": [params["keys"][n] for n in rest]},
-            )
+            for t in reading.fetch(reading.holders, {"queues": [q for q, _ in keyed], "keys": [k for _, k in keyed]})
         }
-        for n in rest:
-            if (holder := holders.get((params["queues"][n], params["keys"][n]))) is not None:
+        for n, key in zip(rest, keyed, strict=True):
+            if (holder := holders.get(key)) is not None:
                 outcomes[n] = (holder, False)
         todo_at = [n for n in rest if n not in outcomes]
         if not todo_at:
             break
     else:
         raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
-    if len(outcomes) < len(items):
+    if len(outcomes) < len(rows):
         raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
-    return [outcomes[n] for n in range(len(items))]
+    return [outcomes[n] for n in range(len(rows))]
 
 
 def _link(
-    outcomes: list[tuple[Todo, bool]],
+    reading: _Reading[_T],
+    outcomes: list[tuple[_T, bool]],
     ids: list[str],
     wanted: list[list[str]],
     items: Sequence[Mapping[str, Any]],
     agent: Agent | None,
     batch: bool,
-) -> list[tuple[Todo, bool]]:
+) -> list[tuple[_T, bool]]:
     """The edges of the items inserted with dependencies (LINK), then SETTLE for those already finished."""
     actual = {ids[n]: todo.id for n, (todo, _) in enumerate(outcomes)}  # an existing todo stands for its item
     dependents, positions, dependencies, repointed = [], [], [], []
@@ -390,7 +450,7 @@ def _link(
         return outcomes
     # Settling moved some of the new todos on (pending, scheduled, cancelled), or they were repointed:
     # answer with them as they are.
-    fresh = {t.id: t for t in fetch_todos(sql.TODOS_BY_ID, {"ids": [t.id for t, created in outcomes if created]})}
+    fresh = {t.id: t for t in reading.fetch(reading.by_id, {"ids": [t.id for t, created in outcomes if created]})}
     return [(fresh.get(todo.id, todo), created) for todo, created in outcomes]
 
 

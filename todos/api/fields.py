@@ -47,23 +47,35 @@ def _unstorable(value: Any) -> str | None:
     return None
 
 
+_STORED_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)  # made once, not per call
+
+
+def stored_json_bytes(value: Any) -> int:
+    """The size of a JSON value as stored (compact UTF-8), or a ValidationError saying why PostgreSQL's jsonb
+    would refuse it: the one rule for payloads, used by BoundedJSONField and the batch's fast path."""
+    try:
+        text = _STORED_JSON.encode(value)
+    except RecursionError as exc:
+        raise serializers.ValidationError("The JSON value is nested too deeply.") from exc
+    except ValueError as exc:  # a non-finite number (_unstorable names the first problem, as below)
+        raise serializers.ValidationError(_unstorable(value) or "JSON numbers must be finite.") from exc
+    # One C-speed dump serves the common case; the walk runs only when the text hints at a problem
+    # (a NUL is written \u0000; so is a backslash followed by u0000, which the walk clears).
+    if "\\u0000" in text and (reason := _unstorable(value)):
+        raise serializers.ValidationError(reason)
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:
+        raise serializers.ValidationError("JSON strings may not contain lone surrogate characters.") from exc
+
+
 class BoundedJSONField(serializers.JSONField):
     """Any JSON value, at most MAX_PAYLOAD_BYTES once serialised (413 ``too_large`` beyond)."""
 
     def to_internal_value(self, data: Any) -> Any:
         value = super().to_internal_value(data)
         # What jsonb cannot hold is refused as invalid here rather than failing in the database.
-        try:
-            reason = _unstorable(value)
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        except RecursionError as exc:
-            raise serializers.ValidationError("The JSON value is nested too deeply.") from exc
-        if reason:
-            raise serializers.ValidationError(reason)
-        try:
-            size = len(text.encode())
-        except UnicodeEncodeError as exc:
-            raise serializers.ValidationError("JSON strings may not contain lone surrogate characters.") from exc
+        size = stored_json_bytes(value)
         if size > settings.MAX_PAYLOAD_BYTES:
             raise PayloadTooLarge(
                 f"{self.field_name} is {size} bytes of JSON; the limit is {settings.MAX_PAYLOAD_BYTES}.",

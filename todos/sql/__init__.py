@@ -22,8 +22,15 @@ every public name: callers write ``sql.CLAIM_NEXT``.
 
 from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
-from todos.sql.create import CREATE_MANY, RUNNABLE_BY_KEYS, SCHEDULED_NOTIFY_HORIZON_SECONDS
-from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.create import (
+    BRIEF_COLUMNS,
+    CREATE_MANY,
+    CREATE_MANY_BRIEF,
+    RUNNABLE_BY_KEYS,
+    RUNNABLE_BY_KEYS_BRIEF,
+    SCHEDULED_NOTIFY_HORIZON_SECONDS,
+)
+from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -50,6 +57,7 @@ from todos.sql.waits import (
 )
 
 __all__ = [
+    "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
     "CLAIM_NEXT_FAIR",
@@ -59,6 +67,7 @@ __all__ = [
     "COMPLETE_MANY",
     "COUNT_PURGEABLE",
     "CREATE_MANY",
+    "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
     "DEPENDENCIES_OF",
     "DISCARD",
@@ -79,6 +88,7 @@ __all__ = [
     "PURGE_EVENTS",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
+    "REFS_BY_ID",
     "RELEASE",
     "REPOINT",
     "REQUEUE_LAPSED",
@@ -90,6 +100,7 @@ __all__ = [
     "RETRY_DEAD_LETTER_MANY",
     "RETRY_NOW",
     "RUNNABLE_BY_KEYS",
+    "RUNNABLE_BY_KEYS_BRIEF",
     "RUN_NOW",
     "SCHEDULED_NOTIFY_HORIZON_SECONDS",
     "SECONDS_UNTIL_CLAIMABLE",

@@ -18,37 +18,48 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 # create (one todo or a batch of up to 1,000, todos/queue.py create_many): each item -> pending, -> scheduled
 # when its run_at is in the future, or -> waiting when it names dependencies (LINK and SETTLE below then
-# settle those already finished). One INSERT ... SELECT FROM unnest(one array per column), not a statement
-# per item. A row comes back only for the items inserted; a missing one means a runnable todo with the same
-# (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
+# settle those already finished). One INSERT ... SELECT FROM the items, not a statement per item. The items
+# come as one JSON array of objects, one text parameter: per-column arrays cost psycopg a Python call per
+# element, about 35 ms a batch of 1,000, where json.dumps and json_to_recordset take about 5 ms
+# (docs/benchmarks.md, "Batch create"). A key left out is NULL, and the column's default is filled in here
+# (max_attempts' and on_dependency_failure's are parameters); payload and waiting_for arrive as json and are
+# stored as jsonb. A row comes back only for the items inserted; a missing one means a runnable todo with the
+# same (queue, idempotency_key) exists, perhaps an earlier item of the same batch (read them with
 # RUNNABLE_BY_KEYS). Guard: the unique index todo_runnable_idempotency_key (ON CONFLICT, first item wins);
-# lock: the rows inserted. The queue's name is registered by the todo table's trigger (migration 0009), in
-# the same statement, whatever path writes the row. Notifies the queues of what is claimable now or soon.
+# lock: the rows inserted, in (queue, idempotency_key) order: an INSERT meeting a key another transaction
+# inserted uncommitted waits for it, and two batches naming the same keys in other orders would otherwise
+# each wait for the other (a deadlock). Items with one key keep their order: the first wins. The queue's
+# name is registered by the todo table's trigger (migrations 0009 and 0021: once per statement, per distinct
+# queue), in the same statement, whatever path writes the row. Notifies the queues of what is claimable now
+# or soon.
 # An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
 _ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
-CREATE_MANY = f"""
+_ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payload json, event_id text,
+    idempotency_key text, assignee text, max_attempts integer, run_at timestamptz, delay double precision,
+    priority smallint, depends_on text[], on_dependency_failure text, has_dependents boolean, waiting_for json,
+    traceparent text, fair_key text"""
+_ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
+
+
+def _create_many(returning: str, answer: str) -> str:
+    return f"""
 WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
     depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for, traceparent, fair_key)
-SELECT i.id, i.queue, i.source, i.kind, i.title, i.payload, i.event_id, i.idempotency_key, i.assignee,
-    CASE WHEN i.dependency_count > 0 THEN '{S.TodoState.WAITING}'
+SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.title, ''),
+    COALESCE(i.payload::jsonb, '{{}}'::jsonb), i.event_id, i.idempotency_key, i.assignee,
+    CASE WHEN i.depends_on IS NOT NULL THEN '{S.TodoState.WAITING}'
          WHEN {_ITEM_RUN_AT} > now() THEN '{S.TodoState.SCHEDULED}' ELSE '{S.TodoState.PENDING}' END,
-    0, i.max_attempts, '[]'::jsonb, now(), now(), {_ITEM_RUN_AT}, i.priority,
-    CASE WHEN i.waiting_for IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(i.waiting_for -> 'todos')) END,
-    i.dependency_count, i.on_dependency_failure,
-    i.has_dependents, i.waiting_for, i.traceparent, i.fair_key
-FROM unnest(%(ids)s::text[], %(queues)s::text[], %(sources)s::text[], %(kinds)s::text[], %(titles)s::text[],
-    %(payloads)s::jsonb[], %(event_ids)s::text[], %(keys)s::text[], %(assignees)s::text[], %(max_attempts)s::integer[],
-    %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(priorities)s::smallint[],
-    %(dependency_counts)s::integer[], %(policies)s::text[], %(targets)s::boolean[], %(waiting_fors)s::jsonb[],
-    %(traceparents)s::text[], %(fair_keys)s::text[])
-    WITH ORDINALITY AS i(id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, max_attempts,
-        run_at, delay, priority, dependency_count, on_dependency_failure, has_dependents, waiting_for,
-        traceparent, fair_key, ord)
-ORDER BY i.ord
+    0, COALESCE(i.max_attempts, %(max_attempts)s), '[]'::jsonb, now(), now(), {_ITEM_RUN_AT}, COALESCE(i.priority, 0),
+    i.depends_on, COALESCE(cardinality(i.depends_on), 0),
+    COALESCE(i.on_dependency_failure, %(on_dependency_failure)s),
+    COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, '')
+FROM ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
+    WITH ORDINALITY AS i({_ITEM_NAMES}, ord)
+ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
-RETURNING {_TODO_COLUMNS}
+RETURNING {returning}
 ),
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
@@ -57,12 +68,23 @@ notified AS MATERIALIZED (
               AND run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS}))
           GROUP BY queue) q
 )
-SELECT inserted.* FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
+SELECT {answer} FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
+
+# What a batch answers per item (todos/api/serializers.py batch_outcomes), and what create_many needs to
+# match items to rows: a thousand whole todos would cost more to read and build than to insert.
+BRIEF_COLUMNS = "id, queue, idempotency_key, state"
+# create: the whole todo.
+CREATE_MANY = _create_many(_TODO_COLUMNS, "inserted.*")
+# create_many: each item's BRIEF_COLUMNS (queue, state and run_at also feed the NOTIFY).
+CREATE_MANY_BRIEF = _create_many(f"{BRIEF_COLUMNS}, run_at", BRIEF_COLUMNS)
+
 # The items of a batch that did not insert: the runnable todos holding their keys.
-RUNNABLE_BY_KEYS = f"""
-SELECT {_TODO_COLUMNS} FROM todos_todo
+_RUNNABLE_BY_KEYS = f"""
+SELECT {{}} FROM todos_todo
 WHERE (queue, idempotency_key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
   AND {_RUNNABLE_KEY}
 """
+RUNNABLE_BY_KEYS = _RUNNABLE_BY_KEYS.format(_TODO_COLUMNS)
+RUNNABLE_BY_KEYS_BRIEF = _RUNNABLE_BY_KEYS.format(BRIEF_COLUMNS)

@@ -14,6 +14,7 @@ and its own snapshot, taken before the wait, would miss the new edges and depend
 
 from todos import states as S
 from todos.sql.common import _OUTCOME, _TODO_COLUMNS
+from todos.sql.create import BRIEF_COLUMNS
 
 # link (create, for the items that name dependencies): the edges, and has_dependents on each dependency.
 # Guard: each dependency is visible to the creator (the ids that do not come back are refused: 404, and
@@ -49,6 +50,8 @@ SETTLE = "SELECT todos_settle_dependents(%(ids)s::text[], %(outcomes)s::text[])"
 
 # The todos just created, as they are after SETTLE moved some of them on.
 TODOS_BY_ID = f"SELECT {_TODO_COLUMNS} FROM todos_todo WHERE id = ANY(%(ids)s::text[])"
+# The same, as a batch create answers them (todos/sql/create.py BRIEF_COLUMNS).
+REFS_BY_ID = f"SELECT {BRIEF_COLUMNS} FROM todos_todo WHERE id = ANY(%(ids)s::text[])"
 
 # repoint (create, rare): an item of a batch named by another's depends_on_index turned out to be an
 # existing todo (idempotency); the dependents' waiting_for names that todo instead. Own rows, just inserted.

@@ -3,6 +3,8 @@ POST /api/v1/todos/batch/, all or nothing, with one outcome per item."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from todos import queue
@@ -168,6 +170,16 @@ _ITEMS = [
     {"queue": "q", "titel": "typo"},
     {"queue": "q", "title": "x" * 501},
     {"queue": "q", "title": "lone \ud800"},
+    {"queue": "q\n"},
+    {"queue": "q", "fair_key": " spaced "},
+    {"queue": "q", "payload": {"k": float("inf")}},
+    {"queue": "q", "payload": {"nul\u0000key": 1}},
+    {"queue": "q", "payload": {"s": "a backslash then u0000: \\u0000"}},
+    {"queue": "q", "payload": {"s": "lone \udc00"}},
+    {"queue": "q", "on_dependency_failure": ["run"]},
+    {"queue": "q", "depends_on": "td_x"},
+    {"queue": "q", "depends_on": [None]},
+    {"queue": "q", "traceparent": None, "run_at": None},
 ]
 
 
@@ -186,6 +198,7 @@ def test_plain_items_take_the_fast_path():
     from todos.api.serializers import _fast_item
 
     assert all(_fast_item(item) is not None for item in _ITEMS[:4])
+    assert _fast_item({"queue": "q", "fair_key": " spaced "}) == {**_fast_item({"queue": "q"}), "fair_key": " spaced "}
 
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -207,3 +220,75 @@ def test_a_batch_keeps_each_items_fair_key_and_traceparent_and_refuses_a_malform
     refused = api.post("/todos/batch/", {"todos": [{"queue": "fair"}, {"queue": "fair", "traceparent": "00-zz"}]})
     assert refused.status_code == 400 and set(refused.json()["error"]["fields"]) == {"todos.1.traceparent"}
     assert Todo.objects.count() == 3
+
+
+def test_the_batch_answer_has_the_shape_docs_api_md_gives_it(api):
+    from pathlib import Path
+
+    from django.conf import settings
+
+    docs = " ".join((Path(settings.BASE_DIR) / "docs" / "api.md").read_text().split())  # lines wrap anywhere
+    # docs/api.md: 'one outcome per item, in order: `{"status": 201, "id", "state"}` for a new todo,
+    # `{"status": 200, "id", "state"}` for the runnable todo that already held its idempotency key'
+    documented = re.findall(r'`\{"status": (\d{3}), ((?:"\w+"(?:, )?)+)\}`', docs)
+    assert {status for status, _ in documented} == {"201", "200"}
+    keys = {frozenset(["status", *re.findall(r'"(\w+)"', rest)]) for _, rest in documented}
+    assert keys == {frozenset({"status", "id", "state"})}
+    todos = [{"queue": "shape", "idempotency_key": "held"}, {"queue": "shape", "idempotency_key": "held"}]
+    response = api.post("/todos/batch/", {"todos": todos})
+    body = response.json()
+    assert response.status_code == 200 and list(body) == ["outcomes"]
+    assert [set(o) for o in body["outcomes"]] == [set(*keys)] * 2
+    assert [o["status"] for o in body["outcomes"]] == [201, 200] and body["outcomes"][0]["id"] == body["outcomes"][1][
+        "id"
+    ]
+    assert {o["state"] for o in body["outcomes"]} == {"pending"}
+
+
+def test_a_batch_item_outside_the_creators_scopes_refuses_the_batch_naming_it(make_agent, api_for):
+    api = api_for(make_agent("narrow", claim=["open.*"], create=["open.*"]))
+    todos = [{"queue": "open.a"}, {"queue": "open.a"}, {"queue": "secret"}, {"queue": "open.a"}]
+    response = api.post("/todos/batch/", {"todos": todos})
+    assert response.status_code == 400 and set(response.json()["error"]["fields"]) == {"todos.2.queue"}
+    assert _nothing_written()
+
+
+def test_a_batch_item_keeps_every_field_it_gives(api):
+    item = {
+        "queue": "every",
+        "kind": "k",
+        "title": "Ünïcode title",
+        "source": "s",
+        "payload": {"list": [1, 2.5, None, True], "text": 'back\\slash "quoted"'},
+        "idempotency_key": "key",
+        "assignee": "bob",
+        "max_attempts": 7,
+        "delay_seconds": 600,
+        "priority": -3,
+        "fair_key": "tenant",
+    }
+    response = api.post("/todos/batch/", {"todos": [item, {"queue": "every", "payload": [], "max_attempts": None}]})
+    assert response.status_code == 200, response.json()
+    first, second = (Todo.objects.get(pk=o["id"]) for o in response.json()["outcomes"])
+    assert {name: getattr(first, name) for name in item if name != "delay_seconds"} == {
+        k: v for k, v in item.items() if k != "delay_seconds"
+    }
+    assert first.state == TodoState.SCHEDULED and 590 < (first.run_at - first.created_at).total_seconds() <= 600
+    assert (second.payload, second.max_attempts, second.kind, second.fair_key) == ([], 5, "", "")
+    assert second.state == TodoState.PENDING and second.on_dependency_failure == "cancel"
+
+
+def test_a_batch_keeps_scalar_payloads_as_given(api):
+    payloads = [0, False, "text", 2.5, [], {}]
+    response = api.post("/todos/batch/", {"todos": [{"queue": "scalars", "payload": p} for p in payloads]})
+    assert response.status_code == 200, response.json()
+    made = [Todo.objects.get(pk=o["id"]).payload for o in response.json()["outcomes"]]
+    assert made == payloads
+
+
+def test_the_fast_path_gives_each_item_its_own_default_payload():
+    from todos.api.serializers import _fast_item
+
+    first, second = _fast_item({"queue": "q"}), _fast_item({"queue": "q"})
+    assert first is not None and second is not None
+    assert first["payload"] == second["payload"] == {} and first["payload"] is not second["payload"]

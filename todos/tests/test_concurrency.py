@@ -318,3 +318,17 @@ def test_around_a_due_time_two_reapers_and_eight_claimers_claim_each_scheduled_t
 
     per_thread = run_together([claimer] * 8 + [reaper] * 2)
     assert_claimed_exactly_once(created, per_thread)
+
+
+def test_concurrent_batches_naming_the_same_keys_in_opposite_orders_make_each_todo_once():
+    # Each INSERT waits on a key the other holds uncommitted; inserting in opposite orders, two batches
+    # would each wait for the other (a deadlock, one of them answered 503) unless keys go in one order.
+    keys = [f"k{n:03}" for n in range(300)]
+    for round_ in range(3):
+        forward = [{"queue": f"race.{round_}", "idempotency_key": k} for k in keys]
+        outcomes = run_together([lambda items=items: queue.create_many(items) for items in (forward, forward[::-1])])
+        first = {ref.idempotency_key: (ref.id, made) for ref, made in outcomes[0]}
+        second = {ref.idempotency_key: (ref.id, made) for ref, made in outcomes[1]}
+        assert {k: i for k, (i, _) in first.items()} == {k: i for k, (i, _) in second.items()}
+        assert all(first[k][1] != second[k][1] for k in keys), "each key created by exactly one batch"
+        assert Todo.objects.filter(queue=f"race.{round_}").count() == 300

@@ -28,8 +28,8 @@ def _done(agent: Agent, todo_id: str, result: Any = None) -> Todo:
     return queue.complete(todo_id, agent=agent, lease_id=held.lease_id, result=result)
 
 
-def _fresh(todo: Todo) -> Todo:
-    return Todo.objects.get(pk=todo.pk)
+def _fresh(todo: Todo | queue.TodoRef) -> Todo:
+    return Todo.objects.get(pk=todo.id)
 
 
 @pytest.mark.django_db
@@ -184,7 +184,8 @@ class TestBatch:
             ]
         )
         (a, _), (b, _), (parent, made) = outcomes
-        assert made and parent.state == TodoState.WAITING and parent.waiting_for == {"todos": [a.id, b.id]}
+        assert made and parent.state == TodoState.WAITING
+        assert _fresh(parent).waiting_for == {"todos": [a.id, b.id]}
         assert _fresh(a).has_dependents and _fresh(b).has_dependents
         _done(agent, a.id)
         _done(agent, b.id)
@@ -196,7 +197,7 @@ class TestBatch:
             [{"queue": "kids", "idempotency_key": "a"}, {"queue": "parents", "depends_on_index": [0]}]
         )
         assert not made and held.id == existing.id
-        assert parent.waiting_for == {"todos": [existing.id]}
+        assert _fresh(parent).waiting_for == {"todos": [existing.id]} == {"todos": _fresh(parent).depends_on}
         _done(agent, existing.id)
         assert _fresh(parent).state == TodoState.PENDING
 

@@ -201,3 +201,12 @@ def test_idle_keys_are_forgotten_and_come_back_at_the_round(agent):
     seed_keyed("forget", "gone", 3, first=500)
     assert FairKey.objects.filter(queue="forget", key="gone").exists(), "registered by the create"
     assert Todo.objects.filter(queue="forget", fair_key="gone", state=TodoState.PENDING).count() == 3
+
+
+def test_a_batch_create_registers_each_key_of_its_pending_todos_once(agent):
+    Queue.objects.create(name="tenants.batch", fair=True)
+    items = [{"queue": "tenants.batch", "fair_key": key} for key in ["a", "b", "a", "c", "b"]]
+    items.append({"queue": "tenants.batch", "fair_key": "later", "delay_seconds": 600})  # scheduled: no key yet
+    queue.create_many(items)
+    assert sorted(FairKey.objects.filter(queue="tenants.batch").values_list("key", flat=True)) == ["a", "b", "c"]
+    assert Counter(t.fair_key for t in _claim_all(agent, "tenants.batch", 5)) == {"a": 2, "b": 2, "c": 1}

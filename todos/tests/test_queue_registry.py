@@ -55,3 +55,10 @@ def test_creating_in_a_known_queue_adds_no_registry_row(agent):
     queue.create(queue="known")
     Todo.objects.create(queue="known")
     assert Queue.objects.filter(name="known").count() == 1
+
+
+def test_one_insert_of_many_todos_registers_each_new_queue_once(agent):
+    outcomes = queue.create_many([{"queue": f"batch.{i % 3}"} for i in range(30)] + [{"queue": "known"}])
+    assert len(outcomes) == 31
+    assert sorted(Queue.objects.values_list("name", flat=True)) == ["batch.0", "batch.1", "batch.2", "known"]
+    assert len(_claimed_ids(agent)) == 10
