@@ -87,7 +87,14 @@ def pending_of(client: redis.Redis, consumer: str) -> int:
 
 
 def total_pending(client: redis.Redis) -> int:
-    return int(client.xpending(STREAM, GROUP)["pending"])
+    """The group's pending entries; -1 while the group does not exist yet (a consumer prints that it started
+    before it makes its group, so a wait for "nothing pending" must not pass, or fail, before then)."""
+    try:
+        return int(client.xpending(STREAM, GROUP)["pending"])
+    except redis.ResponseError as error:
+        if "NOGROUP" not in str(error):
+            raise
+        return -1
 
 
 def batch_counts(output: str, name: str) -> int:
