@@ -97,6 +97,12 @@ def total_pending(client: redis.Redis) -> int:
         return -1
 
 
+def group_lag(client: redis.Redis) -> int:
+    """The group's lag; -1 while the group does not exist yet (as total_pending)."""
+    groups = client.xinfo_groups(STREAM)
+    return int(groups[0]["lag"]) if groups else -1
+
+
 def batch_counts(output: str, name: str) -> int:
     return sum(int(n) for n in re.findall(rf"\b{name}=(\d+)", output))
 
@@ -150,7 +156,7 @@ def test_two_consumers_in_one_group_share_the_stream_and_store_each_entry_once(r
     two = consumers("two", "--batch", "5")
     for start in range(0, 200, 5):  # in small bursts, so both are waiting when entries arrive
         xadd_orders(redis_client, range(start, start + 5))
-        wait_for(lambda: redis_client.xinfo_groups(STREAM)[0]["lag"] == 0, what="the burst to be read")
+        wait_for(lambda: group_lag(redis_client) == 0, what="the burst to be read")
     wait_for(lambda: Event.objects.count() == 200 and total_pending(redis_client) == 0, what="all 200 stored")
     assert_each_order_once(200)
     stored = [batch_counts(c.output(), "stored") for c in (one, two)]
