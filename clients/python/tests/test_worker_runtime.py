@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 from django.db.models.functions import Now
-from switchboard_client import Client, Fail, Release, Wait, Worker
+from switchboard_client import AsyncClient, Client, Fail, Release, Wait, Worker
 
 from todos import queue
 from todos.models import Todo, TodoState
@@ -280,3 +280,34 @@ def test_sigterm_releases_what_the_grace_did_not_finish(server, env, tmp_path):
     assert time.monotonic() - started < 4
     todo.refresh_from_db()
     assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
+
+
+def test_a_claim_answered_as_the_stop_comes_is_given_back_not_left_to_lapse(server, agent, monkeypatch):
+    # The server has claimed the todo and its answer is still on its way when the worker is told to stop
+    # (the network's delay stood in for by a pause after the real round trip). Hanging up then would leave
+    # the todo leased until it lapses; the worker takes the answer and releases it, starting nothing.
+    todo = queue.create(queue="inflight", kind="n")[0]
+    answered = threading.Event()
+    send = AsyncClient.send
+
+    async def slow_answer(self, call):
+        result = await send(self, call)
+        if call.path.startswith("todos/claim"):
+            answered.set()
+            await asyncio.sleep(0.3)
+        return result
+
+    monkeypatch.setattr(AsyncClient, "send", slow_answer)
+    ran = []
+    worker = Worker(Client(server.base, agent.token), queues=["inflight"], lease_seconds=60, poll_seconds=5)
+    worker.add_handler("n", lambda t: ran.append(t.id))
+    thread = start(worker)
+    try:
+        assert answered.wait(30)
+        assert Todo.objects.filter(pk=todo.pk, state=TodoState.CLAIMED).exists()
+    finally:
+        worker.stop()
+        thread.join(20)
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
+    assert ran == [] and worker.stats.released == 1

@@ -41,6 +41,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 ANY_KIND = "*"
 MAX_BATCH = 100  # the server's batch-complete limit
 MAX_CLAIM = 100  # the server's claim limit
+ANSWER_IN_FLIGHT_SECONDS = 1.0  # on a stop, how long a claim's answer may take to arrive before a hang-up
 
 
 class Release(Exception):
@@ -364,7 +365,12 @@ class Worker:
                 )
                 await asyncio.wait([claim, stopping], return_when="FIRST_COMPLETED")
                 if not claim.done():
-                    # Hanging up: the server releases whatever that claim takes for a caller who left.
+                    # A claim the server has answered may still be on its way, and a hang-up then would
+                    # leave its todos leased until they lapse: wait a moment for the answer (given back
+                    # below). A long-poll still waiting after that is hung up on, and the server releases
+                    # whatever it takes for a caller who left.
+                    await asyncio.wait([claim], timeout=ANSWER_IN_FLIGHT_SECONDS)
+                if not claim.done():
                     claim.cancel()
                     with contextlib.suppress(asyncio.CancelledError, SwitchboardError):
                         await claim
@@ -386,6 +392,10 @@ class Worker:
                         await _first(stopping, slot_freed)
                     continue
                 self.stats.claimed += len(todos)
+                if self._stopping.is_set():  # answered as the stop came: given back, never started
+                    for todo in todos:
+                        await self._give_back(api, todo)
+                    break
                 for todo in todos:
                     ctx = Context(todo)
                     task = asyncio.create_task(self._work(api, threads, completions, ctx))
@@ -408,14 +418,17 @@ class Worker:
             ctx._lose("released")  # its outcome, if it ever comes, is not sent
             task.cancel()
         for _, ctx in left:
-            try:
-                await api.release(ctx.todo)
-                self.stats.released += 1
-                log.info("released %s", ctx.todo.id)
-            except SwitchboardError as exc:
-                log.warning("could not release %s (%s); its lease will lapse", ctx.todo.id, exc)
+            await self._give_back(api, ctx.todo)
         if left:
             await asyncio.wait([t for t, _ in left], timeout=1.0)
+
+    async def _give_back(self, api: AsyncClient, todo: Todo) -> None:
+        try:
+            await api.release(todo)
+            self.stats.released += 1
+            log.info("released %s", todo.id)
+        except SwitchboardError as exc:
+            log.warning("could not release %s (%s); its lease will lapse", todo.id, exc)
 
     async def _work(self, api: AsyncClient, threads: _Threads | None, completions: _Completions, ctx: Context) -> None:
         todo = ctx.todo
