@@ -126,6 +126,47 @@ bucket AS (
 )"""
 
 
+# The time-ordered branches of a claim (due scheduled todos, lapsed leases, due retries), each returning
+# ``columns`` of its rows: the plain claim's, and the fair claim's with fair_key.
+def _time_branches(columns: str) -> str:
+    def cols(alias: str) -> str:
+        return ", ".join(f"{alias}.{c}" for c in columns.split(", "))
+
+    return f"""scheduled AS MATERIALIZED (
+    SELECT {cols("s")} FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT {cols("t")} FROM todos_todo t
+        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.run_at
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) s
+),
+lapsed AS MATERIALIZED (
+    SELECT {cols("t")} FROM todos_todo t
+    WHERE {S.RECLAIMABLE.sql("t")}
+      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+    ORDER BY t.lease_expires_at
+    LIMIT {_LIMIT}
+    FOR UPDATE SKIP LOCKED
+),
+due AS MATERIALIZED (
+    SELECT {cols("d")} FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
+    CROSS JOIN LATERAL (
+        SELECT {cols("t")} FROM todos_todo t
+        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
+        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
+        -- a generic plan once read every due retry of every queue through that index and sorted them.
+        ORDER BY t.next_retry_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) d
+),"""
+
+
 # claim_next: up to %(limit)s todos in claim order (CLAIM_ORDER: priority, then run_at), from the
 # caller's queues. Guard: _CLAIMABLE's cases, one branch each; locks: FOR UPDATE SKIP LOCKED per branch.
 #  * Scope globs become concrete names through the small todos_queue table; then each queue's pending
@@ -188,39 +229,7 @@ pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-scheduled AS MATERIALIZED (
-    SELECT s.id, s.queue, s.priority, s.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
-        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        ORDER BY t.run_at
-        LIMIT quotas.quota
-        FOR UPDATE SKIP LOCKED
-    ) s
-),
-lapsed AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
-    WHERE {S.RECLAIMABLE.sql("t")}
-      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-    ORDER BY t.lease_expires_at
-    LIMIT {_LIMIT}
-    FOR UPDATE SKIP LOCKED
-),
-due AS MATERIALIZED (
-    SELECT d.id, d.queue, d.priority, d.run_at FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
-        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
-        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
-        -- a generic plan once read every due retry of every queue through that index and sorted them.
-        ORDER BY t.next_retry_at NULLS FIRST
-        LIMIT quotas.quota
-        FOR UPDATE SKIP LOCKED
-    ) d
-),
+{_time_branches("id, queue, priority, run_at")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
@@ -340,39 +349,7 @@ fair_pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-scheduled AS MATERIALIZED (
-    SELECT s.id, s.queue, s.priority, s.run_at, s.fair_key FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
-        WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        ORDER BY t.run_at
-        LIMIT quotas.quota
-        FOR UPDATE SKIP LOCKED
-    ) s
-),
-lapsed AS MATERIALIZED (
-    SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
-    WHERE {S.RECLAIMABLE.sql("t")}
-      AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-    ORDER BY t.lease_expires_at
-    LIMIT {_LIMIT}
-    FOR UPDATE SKIP LOCKED
-),
-due AS MATERIALIZED (
-    SELECT d.id, d.queue, d.priority, d.run_at, d.fair_key FROM (SELECT name, quota FROM quotas WHERE quota > 0) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
-        WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
-        -- each queue's due range is one descent that stops after its quota. Across queues in due order,
-        -- a generic plan once read every due retry of every queue through that index and sorted them.
-        ORDER BY t.next_retry_at NULLS FIRST
-        LIMIT quotas.quota
-        FOR UPDATE SKIP LOCKED
-    ) d
-),
+{_time_branches("id, queue, priority, run_at, fair_key")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
