@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench bench-http bench-compare drills migrate superuser clean
+.PHONY: run test test-deps lint bench bench-http bench-compare drills migrate superuser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,23 @@ superuser: $(VENV)/.installed .env
 
 test: $(VENV)/.installed
 	$(BIN)/pytest
+
+# What the optional tests need beyond Python (as root, on Debian): Chromium for the browser tests,
+# redis-server for streams, pgbouncer for the request-path tests, Node.js and the pinned TypeScript MCP
+# client. Without them those tests skip, and `make test` lists what it skipped; CI runs this first.
+test-deps:
+	@missing=""; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
+	[ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	if [ -n "$$missing" ]; then \
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q $$missing; \
+	fi
+	npm ci --prefix todos/tests/mcp_ts --no-audit --no-fund
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -3,6 +3,7 @@ clock instead of freezing time, as river's testfactory does)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -78,3 +79,28 @@ def make_todo(db: None) -> Callable[..., Todo]:
         return todo
 
     return make
+
+
+def _optional_skips(config: pytest.Config) -> list[pytest.TestReport]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return list(reporter.stats.get("skipped", [])) if reporter is not None else []
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    # The tests that need Debian's chromium, redis-server, pgbouncer or the npm client skip where those are
+    # missing; a newcomer's `make test` says so, and names the one command that installs them (issue 34).
+    skipped = _optional_skips(config)
+    if not skipped:
+        return
+    reasons = sorted({str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else "" for report in skipped})
+    terminalreporter.section("optional tests skipped")
+    terminalreporter.write_line(f"{len(skipped)} tests need parts this machine lacks:")
+    for reason in reasons:
+        terminalreporter.write_line(f"  - {reason.removeprefix('Skipped: ')}")
+    terminalreporter.write_line("Install them (Debian, as root) and run again: make test-deps && make test")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # CI installs every optional part (.ci/run: make test-deps), so there a skip is missing work, not a choice.
+    if os.environ.get("CI") and _optional_skips(session.config) and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
