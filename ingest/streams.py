@@ -29,7 +29,7 @@ from ingest.models import Route, Source
 from ingest.providers import stream as stream_provider
 from ingest.providers.base import MAX_ID_LENGTH
 from ingest.routing import active_routes
-from switchboard import metrics
+from switchboard import dberrors, metrics
 from todos.errors import QueueError
 
 logger = logging.getLogger("ingest.streams")
@@ -169,7 +169,7 @@ def _store(
                 raise
             # This entry's savepoint rolled back; the rest of the batch goes on. Left pending, it is
             # retried after --claim-idle-ms: the entry is fine, our configuration (or luck) is not.
-            detail = exc.detail if isinstance(exc, QueueError) else exc.__class__.__name__
+            detail = exc.detail if isinstance(exc, QueueError) else dberrors.describe(exc)
             logger.warning("stream entry not stored stream=%r entry=%s: %s", stream, event.entry_id, detail)
             result.failed += 1
             continue

@@ -16,7 +16,6 @@ import ipaddress
 import logging
 import threading
 
-import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
@@ -25,7 +24,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from switchboard import metrics
+from switchboard import dberrors, metrics
 from switchboard.api import error_body
 
 logger = logging.getLogger(__name__)
@@ -66,7 +65,8 @@ def _round_trip(timeout_ms: int) -> str:
             cursor.execute("SELECT 1")
     except DatabaseError as exc:
         connection.close_if_unusable_or_obsolete()
-        return "timeout" if isinstance(exc.__cause__, psycopg.errors.QueryCanceled) else "unreachable"
+        failure = dberrors.log_failure(logger, "health check", exc)
+        return "timeout" if failure is dberrors.Failure.TIMEOUT else "unreachable"
     return "ok"
 
 
@@ -93,9 +93,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
                     pending=pending,
                 )
             _migrations_applied.set()
-    except DatabaseError:
+    except DatabaseError as exc:
         # The broken connection must not be reused by this thread's next request.
         connection.close_if_unusable_or_obsolete()
+        dberrors.log_failure(logger, "readiness check", exc)
         return _unavailable("The database is unreachable.", "database_unreachable")
     return JsonResponse({"status": "ok"})
 

@@ -186,7 +186,7 @@ class Command(BaseCommand):
                     "stream consumer pass failed stream=%r cause=%s error=%s; retrying in %.1fs",
                     consumer.stream,
                     cause,
-                    exc.__class__.__name__ if isinstance(exc, RedisError) else dberrors.describe(exc),
+                    f"{exc.__class__.__name__}: {exc}" if isinstance(exc, RedisError) else dberrors.describe(exc),
                     delay,
                 )
                 metrics.STREAM_ERRORS.labels(stream=consumer.stream, cause=cause).inc()
