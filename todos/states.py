@@ -28,34 +28,16 @@ from django.utils import timezone
 
 
 class TodoState(models.TextChoices):
-    # Entered by create, release, a lapsed lease below the cap (reaper), a due retry (retry scheduler),
-    # operator retry, retry now and force-release. Left by claim, a heartbeat with the current receipt
-    # (the lapsed lease was not re-claimed yet) and discard. After a lapse it keeps the lapsed receipt.
-    PENDING = "pending", "pending"
-    # Entered by claim (also of a lapsed lease or a due retry). Left by complete, fail, release,
-    # force-release, or the lease lapsing (the reaper). Always holds a lease: owner, lease_id, expiry.
-    CLAIMED = "claimed", "claimed"
-    # Terminal. Entered by complete (or an operator's discard); completed_at is set, the lease gone.
-    DONE = "done", "done"
-    # Entered by fail and by a lapsed lease at the cap. With next_retry_at set it is retry-waiting
-    # (left by the retry scheduler, a claim once due, retry now or discard); with next_retry_at null it
-    # is a dead-letter, left only by operator retry or discard.
-    FAILED = "failed", "failed"
-    # Entered by create with a future run_at (or a delay). Left by a claim once run_at has passed (the
-    # claim scan sees due ones at once), by the reaper's promotion to pending, or by an operator's run now
-    # (or discard). Holds no lease.
-    SCHEDULED = "scheduled", "scheduled"
-    # Terminal. Entered by cancel (an agent or an operator) from pending, scheduled, retry-waiting or claimed (the
-    # lease is revoked: the worker's next heartbeat, complete or fail is a conflict). completed_at is
-    # when it was cancelled; who and why are in errors. Frees the idempotency key; retention removes it.
-    CANCELLED = "cancelled", "cancelled"
-    # Cannot run until something happens (issue 20). Entered by wait (the holder gives its lease back, the
-    # attempt returned, and names what it waits for: todos, an event, a token or a manual resolve) and by
-    # create with unfinished dependencies. Left by resolve (resolve_token, resolve_manual, an event's ingest
-    # via resolve_events, the awaited todos finishing: todos_settle_dependents) to pending; by the reaper's
-    # time_out_waits (to pending with timed_out, or a counted failure); by cancel. Holds no lease, is never
-    # claimed, holds its idempotency key (runnable: never lost). waiting_for says what it waits for.
-    WAITING = "waiting", "waiting"
+    # What each state means and holds. Which transitions enter and leave it is written once, in
+    # docs/architecture.md's state table (switchboard/tests/test_architecture.py checks that table names
+    # exactly these states and only functions of todos/queue), so it is not restated here.
+    PENDING = "pending", "pending"  # runnable now; holds no lease (after a lapse it keeps the old receipt)
+    CLAIMED = "claimed", "claimed"  # leased: always owner, lease_id and lease_expires_at
+    DONE = "done", "done"  # terminal; completed_at set, no lease
+    FAILED = "failed", "failed"  # retry-waiting with next_retry_at, a dead-letter without
+    SCHEDULED = "scheduled", "scheduled"  # runnable once run_at has passed; holds no lease
+    CANCELLED = "cancelled", "cancelled"  # terminal; completed_at is when, errors say who and why
+    WAITING = "waiting", "waiting"  # never claimed until resolved; waiting_for says what it waits for
 
 
 class Todo(Protocol):
