@@ -1,0 +1,70 @@
+-- The fair claim's walk: the keys of one queue in (vtime, key) order, locked one at a time with SKIP
+-- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22).
+-- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
+CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer)
+ RETURNS TABLE(key text, vtime double precision)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c record;
+    held integer := 0;
+    after_vtime double precision := '-infinity';
+    after_key text := '';
+    seen integer;
+    busy text;
+    locked_any boolean := false;
+    pass double precision;
+BEGIN
+    -- Pages of 16 keys in (vtime, key) order, each page one range scan of fair_key_walk (an unbounded ordered
+    -- query may be planned as a scan and sort of every key of the queue).
+    LOOP
+        seen := 0;
+        FOR c IN
+            SELECT k.key, k.vtime FROM todos_fairkey k
+            WHERE k.queue = queue_name AND (k.vtime, k.key) > (after_vtime, after_key)
+            ORDER BY k.vtime, k.key
+            LIMIT 16
+        LOOP
+            seen := seen + 1;
+            after_vtime := c.vtime;
+            after_key := c.key;
+            -- pending work at the top priority: one descent of todo_fair_pending
+            CONTINUE WHEN NOT EXISTS (
+                SELECT 1 FROM todos_todo t
+                WHERE t.queue = queue_name AND t.fair_key = c.key AND t.state = 'pending' AND t.priority = top
+                  AND (t.assignee IS NULL OR t.assignee = agent));
+            PERFORM 1 FROM todos_fairkey k WHERE k.queue = queue_name AND k.key = c.key AND k.vtime = c.vtime
+                FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                busy := COALESCE(busy, c.key);
+                CONTINUE;
+            END IF;
+            locked_any := true;
+            CONTINUE WHEN cap IS NOT NULL AND todos_fair_live_leases(queue_name, c.key) >= cap;
+            key := c.key;
+            vtime := c.vtime;
+            RETURN NEXT;
+            held := held + 1;
+            EXIT WHEN held >= quota;
+        END LOOP;
+        EXIT WHEN held >= quota OR seen < 16;
+    END LOOP;
+    -- Every key with work was held by other claimers (more claimers than keys): wait for the first of them
+    -- rather than answer empty while work is there (a long-poll answered empty sleeps until a NOTIFY). Only
+    -- while holding no key (one locked and found at its cap, say): a claimer that waits holding one could
+    -- close a cycle with the holder of the other.
+    IF held = 0 AND busy IS NOT NULL AND NOT locked_any THEN
+        SELECT k.vtime INTO pass FROM todos_fairkey k WHERE k.queue = queue_name AND k.key = busy FOR NO KEY UPDATE;
+        IF FOUND
+           AND EXISTS (SELECT 1 FROM todos_todo t
+                       WHERE t.queue = queue_name AND t.fair_key = busy AND t.state = 'pending'
+                         AND (t.assignee IS NULL OR t.assignee = agent))
+           AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap) THEN
+            key := busy;
+            vtime := pass;
+            RETURN NEXT;
+        END IF;
+    END IF;
+END
+$function$;
