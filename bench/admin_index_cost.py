@@ -7,7 +7,7 @@ bench/admin_changelist.py, with a set of indexes, without them, and with them ag
 todos 0019 (owner: and key: searches, one triage group, per-queue retry reads).
 
 Run bench/admin_changelist.py first (it seeds the database). One client, each cycle one claim_next
-and one complete through todos/queue.py (two statements, two transactions). The indexes are dropped
+and one complete through todos/queue/ (two statements, two transactions). The indexes are dropped
 and rebuilt in the scratch database only.
 """
 

@@ -105,7 +105,7 @@ def verdicts(res: Results, clients: tuple[int, ...]) -> list[str]:
             "Switchboard in-process as a share of the raw-SQL ceiling (target >= 70%): " + ", ".join(ratios) + "."
         )
     if of_psycopg:
-        # What todos/queue.py and Django add over the same statements from a bare Python client (issue 2's
+        # What todos/queue/ and Django add over the same statements from a bare Python client (issue 2's
         # target: >= 0.70).
         out.append("Switchboard in-process / the same SQL on psycopg (target >= 0.70): " + ", ".join(of_psycopg) + ".")
     return out

@@ -7,7 +7,7 @@
     .venv/bin/python bench/fan_in.py --interleave --rounds 1      # one plain, one child, in turn
     .venv/bin/python bench/fan_in.py --interleave --rounds 1 --via wait   # parents that wait for 100 each
 
-Each round times two sets of N claimed todos completed one by one through todos/queue.py's complete (the
+Each round times two sets of N claimed todos completed one by one through todos/queue/'s complete (the
 transition every door calls), in alternating order so that both see the same machine load:
 
   plain    N todos nobody depends on

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The request path's cost, in one run: claim+complete cycles per second in-process (todos/queue.py), over
+"""The request path's cost, in one run: claim+complete cycles per second in-process (todos/queue/), over
 HTTP through Switchboard (the Procfile's server: gunicorn.conf.py, uvicorn workers), and over HTTP through
 the bare ceiling (bench/ceiling_app.py: the same two statements under the same server, nothing else).
 

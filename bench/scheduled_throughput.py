@@ -3,7 +3,7 @@
     .venv/bin/python bench/scheduled_throughput.py --beside-scheduled 1000000   # claims beside 1M future todos
     .venv/bin/python bench/scheduled_throughput.py --creates 5000               # plain vs scheduled creates
 
---beside-scheduled N: the same claim + complete cycle through todos/queue.py (one client, mixed
+--beside-scheduled N: the same claim + complete cycle through todos/queue/ (one client, mixed
 priorities -3..3) in two queues of one table: "beside" holds N todos scheduled for tomorrow (priorities
 -100..100, seeded once and kept across runs), "plain" holds none. That is the cost a claim pays for future
 rows in its own queue (Procrastinate's trap: its fetch re-walks them); the table-wide cost of N more rows

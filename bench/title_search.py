@@ -6,7 +6,7 @@ what that index costs the queue's transitions.
 Uses bench/admin_changelist.py's scratch database and seed (seeds it if needed). For each state of the
 index (present, dropped, rebuilt) it times the todo changelist with three searches through the full
 admin stack, then makes ``--cycles`` creates and as many claim + complete cycles through
-todos/queue.py (one client), timing them and counting the WAL they write. Every transition is a
+todos/queue/ (one client), timing them and counting the WAL they write. Every transition is a
 non-HOT update (it changes indexed columns), so each one also inserts into the GIN index, as each
 create does. The index is dropped and rebuilt in the scratch database only; runs go with, without,
 with, without.

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/tracing_overhead.py --seconds 5 --runs 3
 
-One client, in process, the claim + complete cycle through todos/queue.py on todos that carry a
+One client, in process, the claim + complete cycle through todos/queue/ on todos that carry a
 traceparent, in three modes alternating within each run (the median of the runs counts):
 
   today  the transitions as they were before tracing: the functions under todos/tracing.py's decorator

@@ -1,5 +1,5 @@
 """Store-then-ack: parse a verified delivery, then in ONE transaction insert its event (a redelivery
-inserts nothing), create its todos and resolve the waits it matches (todos/queue.py, resolve_events). The
+inserts nothing), create its todos and resolve the waits it matches (todos/queue/, resolve_events). The
 receiver answers 2xx only after this returns, i.e. after the commit; any failure inside rolls back the
 event, every todo and every resolution together."""
 

@@ -1,5 +1,5 @@
 """From a stored event to its todos: match routes on the event type, render titles, create through the
-queue's one door (todos/queue.py) with the idempotency key ``<delivery_id>:<route id>``.
+queue's one door (todos/queue/) with the idempotency key ``<delivery_id>:<route id>``.
 
 Running the routes twice for one event is safe by construction: a todo that can still run holds its
 key, so a second run returns it (created=False); a done or dead-lettered one has freed its key, so a

@@ -141,7 +141,7 @@ DATABASES["default"]["ENGINE"] = "switchboard.db"
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5))
-# todos/queue.py binds its hot statements on the server so that psycopg prepares them once per
+# todos/queue/ binds its hot statements on the server so that psycopg prepares them once per
 # connection (the claim scan's planning costs more than its execution). The ORM binds on the client,
 # which psycopg never prepares, so nothing else changes. Turn it off behind a pooler in transaction
 # mode that cannot keep prepared statements (PgBouncer before 1.21).

@@ -17,10 +17,8 @@ from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
-from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, Agent
+from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, Agent, visible_patterns
 from todos.rows import fetchall
-
-ALL_QUEUES = ["%"]
 
 
 class _Unset:
@@ -59,12 +57,8 @@ def describe_limits(queue: Any) -> str:
     return " · ".join(parts)
 
 
-def _visible(agent: Agent | None) -> list[str]:
-    return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
-
-
 def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> QueueControls:
-    rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params})
+    rows = fetchall(statement, {"name": name, "visible": visible_patterns(agent), **params})
     if not rows:
         # 404, as for any missing resource in the URL (a 400 would blame the body); its JSON names the queue
         # as a 400 names a field, so a client tells "no such queue" from a bad value the same way.

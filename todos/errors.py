@@ -8,7 +8,7 @@ from switchboard.errors import ApplicationError
 
 
 class QueueError(ApplicationError):
-    """A transition (todos/queue.py) refused: the base the queue's callers catch."""
+    """A transition (todos/queue/) refused: the base the queue's callers catch."""
 
 
 class TodoNotFound(QueueError):

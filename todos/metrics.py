@@ -28,7 +28,7 @@ logger = logging.getLogger("switchboard.metrics")
 
 # --- Counted where they happen ---------------------------------------------------------------------
 
-# One increment per call of a todos/queue.py transition. outcome: "ok"; "duplicate" (create returned
+# One increment per call of a todos/queue/ transition. outcome: "ok"; "duplicate" (create returned
 # an existing runnable todo); "empty" (claim_next found nothing); or the QueueError code of a miss:
 # "not_found", "conflict", "invalid". The batch doors (complete_many and the operator's *_many) count
 # one per todo, as if each had been its own call; an operator batch counts the ids its guard passed

@@ -184,7 +184,7 @@ class Todo(models.Model):
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX), name="todo_priority_range"
             ),
             # The state's values and what each state implies about the lease, retry and completion
-            # columns (todos/states.py, SHAPES): every write path, not only todos/queue.py, keeps them.
+            # columns (todos/states.py, SHAPES): every write path, not only todos/queue/, keeps them.
             *states.shape_constraints(),
         ]
         indexes = [
@@ -504,6 +504,15 @@ class Agent(models.Model):
             for w in wanted
             if not _glob_matches(self.claim_scopes, w) and not any(_glob_matches([w], s) for s in self.claim_scopes)
         ]
+
+
+ALL_QUEUES = ["%"]  # the LIKE patterns that match every queue: the system's and an operator's view
+
+
+def visible_patterns(agent: Agent | None) -> list[str]:
+    """The one scope rule of reads and operator doors: the LIKE patterns of the queues ``agent`` may see
+    (its claim and create scopes together). None is the system or an operator: every queue."""
+    return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
 
 
 def _glob_matches(scopes: Iterable[str], queue: str) -> bool:

@@ -2,7 +2,7 @@
 todos after their own window (the done one unless set), and events once none of their todos remain
 (SPEC, `manage.py purge`).
 
-Deleting finished rows is not a state transition, so it lives here rather than in todos/queue.py; its
+Deleting finished rows is not a state transition, so it lives here rather than in todos/queue/; its
 statements are in todos/sql/ with the others on the todos table. Every batch is one short statement in
 its own transaction (autocommit) that locks at most ``batch`` rows with SKIP LOCKED: it never waits for,
 or holds up, a claim, an operator or another purge, and a reaper's sweep or an agent's claim never waits

@@ -1,4 +1,4 @@
-"""The database plumbing under todos/queue.py: a server-binding cursor on Django's connection, and
+"""The database plumbing under todos/queue/: a server-binding cursor on Django's connection, and
 Todos built from rows of sql.TODO_COLUMNS without the ORM's per-query cost."""
 
 from __future__ import annotations

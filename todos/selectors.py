@@ -14,10 +14,8 @@ from typing import Any
 from django.db import connection
 
 from todos import sql
-from todos.models import Agent, Todo, glob_to_like
+from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like, visible_patterns
 from todos.rows import fetchall
-
-ALL = ["%"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,7 @@ class QueueStats:
 def queue_stats(agent: Agent | None = None) -> list[QueueStats]:
     """Counts for every queue the agent may see (its claim and create scopes), or every queue for
     ``None`` (the operator's views), by name. A registered queue with nothing in it reports zeros."""
-    visible = agent.visible_like_patterns() if agent is not None else ALL
+    visible = visible_patterns(agent)
     with connection.cursor() as cursor:
         cursor.execute(sql.QUEUE_STATS, {"visible": visible})
         return [QueueStats(*row) for row in cursor.fetchall()]
@@ -61,7 +59,7 @@ def queue_stats(agent: Agent | None = None) -> list[QueueStats]:
 def seconds_until_claimable(agent: Agent, queues: list[str] | None = None) -> float | None:
     params: dict[str, Any] = {
         "scopes": agent.claim_like_patterns(),
-        "wanted": [glob_to_like(q) for q in queues] if queues else ALL,
+        "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
         "agent": agent.name,
     }
     with connection.cursor() as cursor:

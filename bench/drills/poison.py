@@ -1,7 +1,7 @@
 """Poison message drill: a todo whose handler always crashes the worker ends dead-lettered after
 max_attempts, with its error history; so does one whose handler always raises.
 
-Two parts. In-process (needs only todos/queue.py): forked workers claim the todo and die with
+Two parts. In-process (needs only todos/queue/): forked workers claim the todo and die with
 SIGKILL, the reaper (queue.reap_once, as `manage.py reap_leases` runs it) sweeps the lapsed lease.
 Over HTTP (needs the API and examples/worker.py): the reference worker with a crashing handler,
 restarted by the drill as a supervisor would, beside a real `reap_leases` sidecar.

@@ -1,7 +1,7 @@
 """Slow worker drill: a worker that misses its heartbeats loses the lease, another worker claims and
 finishes the todo, and the slow one's late complete (and heartbeat) gets 409 and changes nothing.
 
-In-process through todos/queue.py first (conflict is TodoConflict there), then over HTTP (409).
+In-process through todos/queue/ first (conflict is TodoConflict there), then over HTTP (409).
 
     python -m bench.drills.slow_worker [--lease 1]
 """

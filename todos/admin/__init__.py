@@ -1,7 +1,7 @@
 """The operator console for todos, agents and queue names.
 
 Operators never edit a todo: its fields are read-only and every change goes through an action that
-calls todos/queue.py (todos/admin/ops.py). The changelist stays fast on millions of rows: no full
+calls todos/queue/ (todos/admin/ops.py). The changelist stays fast on millions of rows: no full
 COUNT(*) (switchboard/admin_tools.py), an index behind every filter (todos/admin/filters.py), heavy
 JSON columns deferred, sorting only on what an index orders.
 """

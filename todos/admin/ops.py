@@ -1,4 +1,4 @@
-"""The operator's actions on todos: what each one calls in todos/queue.py, how its skips are
+"""The operator's actions on todos: what each one calls in todos/queue/, how its skips are
 explained, and how it is recorded in the admin log. Both the changelist actions (the selected rows)
 and the "apply to every matching todo" view (todos/admin/bulk.py) run through ``apply``."""
 

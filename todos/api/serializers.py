@@ -1,5 +1,5 @@
 """Input and output shapes of the todos API. Input serializers validate and bound every value; none
-of them saves anything (todos/queue.py is the only writer)."""
+of them saves anything (todos/queue/ is the only writer)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The todos API (SPEC "Interfaces"). Each view validates its input serializer, makes one call into
-todos/queue.py (or a read cut to the caller's scopes), and renders the output serializer. Views never
+todos/queue/ (or a read cut to the caller's scopes), and renders the output serializer. Views never
 write state. Errors are raised and rendered by switchboard.api.exception_handler."""
 
 from __future__ import annotations

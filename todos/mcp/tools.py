@@ -1,7 +1,7 @@
 """The agents' queue as MCP tools (SPEC "Interfaces": ``POST /mcp``; issue 12 there, 14 on the tracker).
 
 Each tool validates its arguments with the REST API's own input serializer, makes one call into
-todos/queue.py (or a read cut to the caller's scopes) and renders todos with the REST serializer, so a
+todos/queue/ (or a read cut to the caller's scopes) and renders todos with the REST serializer, so a
 tool and its REST endpoint take the same values and answer the same JSON. Failures come back as tool
 errors whose text is the REST error body (``{"error": {"code", "detail", ...}}``).
 

@@ -16,7 +16,7 @@ SCHEDULED_NOTIFY_HORIZON_SECONDS = 20
 _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 
 
-# create (one todo or a batch of up to 1,000, todos/queue.py create_many): each item -> pending, -> scheduled
+# create (one todo or a batch of up to 1,000, todos/queue/ create_many): each item -> pending, -> scheduled
 # when its run_at is in the future, or -> waiting when it names dependencies (LINK and SETTLE below then
 # settle those already finished). One INSERT ... SELECT FROM the items, not a statement per item. The items
 # come as one JSON array of objects, one text parameter: per-column arrays cost psycopg a Python call per

@@ -1,4 +1,4 @@
-"""A hypothesis state machine drives the real queue (todos/queue.py on PostgreSQL) and the pure model in
+"""A hypothesis state machine drives the real queue (todos/queue/ on PostgreSQL) and the pure model in
 queue_model.py side by side, and after every step compares each todo's state, attempt, dead-letter
 flag, receipt and error count, and each call's outcome class (ok / not found / conflict).
 

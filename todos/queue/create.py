@@ -1,0 +1,356 @@
+"""Creating todos: one, or a batch all or nothing, with their dependencies (todos/sql/create.py,
+todos/sql/dependencies.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from django.conf import settings
+from django.db import transaction
+from psycopg.types.json import Jsonb
+
+from todos import sql, tracing
+from todos.errors import InvalidTransitionInput, QueueError, TodoConflict, TodoNotFound
+from todos.limits import MAX_CREATE_BATCH
+from todos.metrics import TRANSITIONS, counted
+from todos.models import (
+    MAX_FAIR_KEY_CHARS,
+    QUEUE_NAME_RE,
+    Agent,
+    OnDependencyFailure,
+    Todo,
+    new_todo_id,
+    visible_patterns,
+)
+from todos.queue._common import JSON, priority_problem
+from todos.rows import fetch_todos, fetchall
+from todos.states import MAX_DELAY_SECONDS
+
+CREATE_FIELDS = (
+    "queue",
+    "kind",
+    "title",
+    "payload",
+    "source",
+    "idempotency_key",
+    "assignee",
+    "max_attempts",
+    "event_id",
+    "run_at",
+    "delay_seconds",
+    "priority",
+    "fair_key",
+    "traceparent",
+    "depends_on",
+    "depends_on_index",
+    "on_dependency_failure",
+)
+
+
+@counted("create", lambda result: "ok" if result[1] else "duplicate")
+def create(
+    *,
+    queue: str,
+    agent: Agent | None = None,
+    kind: str = "",
+    title: str = "",
+    payload: JSON = None,
+    source: str = "",
+    idempotency_key: str | None = None,
+    assignee: str | None = None,
+    max_attempts: int | None = None,
+    event_id: str | None = None,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    priority: int = 0,
+    fair_key: str = "",
+    traceparent: str | None = None,
+    depends_on: Sequence[str] = (),
+    on_dependency_failure: str = OnDependencyFailure.CANCEL,
+) -> tuple[Todo, bool]:
+    """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
+    or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
+    runnable todo (scheduled and waiting ones included) holds (queue, idempotency_key), return it and False.
+    ``priority`` orders claims, lower first. ``on_dependency_failure``: what a dependency that dead-letters
+    or is cancelled does to this todo: ``cancel`` it (its history names the dependency), or ``run`` it anyway.
+
+    ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
+    ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT_FAIR).
+    """
+    item = {
+        "queue": queue,
+        "kind": kind,
+        "title": title,
+        "payload": payload,
+        "source": source,
+        "idempotency_key": idempotency_key,
+        "assignee": assignee,
+        "max_attempts": max_attempts,
+        "event_id": event_id,
+        "run_at": run_at,
+        "delay_seconds": delay_seconds,
+        "priority": priority,
+        "fair_key": fair_key,
+        "traceparent": traceparent,
+        "depends_on": depends_on,
+        "on_dependency_failure": on_dependency_failure,
+    }
+    return _create_many([item], agent, _WHOLE, batch=False)[0]
+
+
+def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None) -> list[tuple[TodoRef, bool]]:
+    """create for a batch (up to MAX_CREATE_BATCH items, each a dict of create's arguments, plus
+    ``depends_on_index``: earlier items of the batch it depends on), all or nothing: one (todo's id and
+    state, created) per item, in order, or an error naming the item (``todos.<index>.<field>``) and nothing
+    written."""
+    try:
+        outcomes = _create_many(items, agent, _BRIEF, batch=True)
+    except QueueError as exc:
+        TRANSITIONS.labels(verb="create", outcome=exc.code).inc()
+        raise
+    # Each item counts as one create, as if it had been its own call.
+    made = sum(1 for _, created in outcomes if created)
+    if made:
+        TRANSITIONS.labels(verb="create", outcome="ok").inc(made)
+    if len(outcomes) > made:
+        TRANSITIONS.labels(verb="create", outcome="duplicate").inc(len(outcomes) - made)
+    return outcomes
+
+
+class TodoRef(NamedTuple):
+    """A todo as create_many answers for each item: what a batch's answer names (its id and state), and
+    what matches items to rows. Reading and building a thousand whole todos would cost more than their
+    INSERT (docs/benchmarks.md, "Batch create")."""
+
+    id: str
+    queue: str
+    idempotency_key: str | None
+    state: str
+
+
+_T = TypeVar("_T", Todo, TodoRef)
+
+
+@dataclass(frozen=True)
+class _Reading(Generic[_T]):
+    """The statements of a create, by what they hand back: whole todos (create) or TodoRefs (create_many)."""
+
+    insert: str
+    holders: str
+    by_id: str
+    fetch: Callable[[str, dict[str, Any]], list[_T]]
+
+
+def _fetch_refs(statement: str, params: dict[str, Any]) -> list[TodoRef]:
+    return [TodoRef._make(row) for row in fetchall(statement, params)]
+
+
+_WHOLE = _Reading(sql.CREATE_MANY, sql.RUNNABLE_BY_KEYS, sql.TODOS_BY_ID, fetch_todos)
+_BRIEF = _Reading(sql.CREATE_MANY_BRIEF, sql.RUNNABLE_BY_KEYS_BRIEF, sql.REFS_BY_ID, _fetch_refs)
+_POLICIES = frozenset(OnDependencyFailure.values)
+_CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
+
+
+def _invalid(detail: str, field: str, index: int | None) -> InvalidTransitionInput:
+    if index is None:
+        return InvalidTransitionInput(detail, field=field)
+    return InvalidTransitionInput(f"Item {index}: {detail}", field=f"todos.{index}.{field}", index=index)
+
+
+def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None, allowed: dict[str, bool]) -> None:
+    """What create refuses whoever calls it (the API's serializers bound the rest). ``allowed``: the
+    queues whose create scope this batch has checked already (a batch names few queues)."""
+    if unknown := sorted(item.keys() - _CREATE_FIELD_SET):
+        raise _invalid("Unknown field.", unknown[0], index)
+    queue = item.get("queue")
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        raise _invalid(
+            "Queue names are 1-200 characters of letters, digits and . _ : / -, starting with a letter or digit.",
+            "queue",
+            index,
+        )
+    if agent is not None:
+        if queue not in allowed:
+            allowed[queue] = agent.may_create_in(queue)
+        if not allowed[queue]:
+            raise _invalid(f"Queue {queue!r} is not in this agent's create scopes.", "queue", index)
+    if problem := priority_problem(item.get("priority", 0)):
+        raise _invalid(problem, "priority", index)
+    fair_key = item.get("fair_key", "")
+    if not isinstance(fair_key, str) or len(fair_key) > MAX_FAIR_KEY_CHARS or "\x00" in fair_key:
+        raise _invalid(f"fair_key must be text of at most {MAX_FAIR_KEY_CHARS} characters.", "fair_key", index)
+    run_at, delay = item.get("run_at"), item.get("delay_seconds")
+    if run_at is not None and delay is not None:
+        raise _invalid("Give run_at or delay_seconds, not both.", "run_at", index)
+    if run_at is not None and run_at.tzinfo is None:
+        raise _invalid("run_at needs a time zone offset (RFC 3339).", "run_at", index)
+    if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
+        raise _invalid(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", "delay_seconds", index)
+    if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
+        raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
+    earlier = item.get("depends_on_index") or ()
+    if earlier and (
+        index is None or any(isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < index for j in earlier)
+    ):
+        raise _invalid(
+            "depends_on_index names earlier items of the same batch (0 to this item's index - 1).",
+            "depends_on_index",
+            index,
+        )
+
+
+def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: bool) -> dict[str, Any]:
+    """An item as a row of sql.CREATE_MANY's JSON: only the values that are not the column's default."""
+    row: dict[str, Any] = {"id": todo_id, "queue": item["queue"]}
+    for name in _DEFAULTED:  # '' (or the default max_attempts, policy, priority 0) when falsy
+        if value := item.get(name):
+            row[name] = value
+    for name in _NULLABLE:  # NULL when None; payload None is {}
+        if (value := item.get(name)) is not None:
+            row[name] = value
+    if (run_at := item.get("run_at")) is not None:
+        row["run_at"] = run_at.isoformat()
+    if (delay := item.get("delay_seconds")) is not None:
+        row["delay"] = delay
+    if wanted:
+        row["depends_on"] = wanted
+        row["waiting_for"] = {"todos": wanted}
+    if target:
+        row["has_dependents"] = True
+    return row
+
+
+_DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee")
+
+
+def _dependencies(item: Mapping[str, Any], ids: list[str]) -> list[str]:
+    given, earlier = item.get("depends_on"), item.get("depends_on_index")
+    if not given and not earlier:
+        return []
+    return list(dict.fromkeys([*(given or ()), *(ids[j] for j in earlier or ())]))
+
+
+def _create_many(
+    items: Sequence[Mapping[str, Any]], agent: Agent | None, reading: _Reading[_T], *, batch: bool
+) -> list[tuple[_T, bool]]:
+    if not items:
+        return []
+    if len(items) > MAX_CREATE_BATCH:
+        raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
+    allowed: dict[str, bool] = {}
+    for index, item in enumerate(items):
+        _check_item(item, agent, index if batch else None, allowed)
+    ids = [new_todo_id() for _ in items]
+    # Each item's dependencies, in the order given (duplicates dropped): ids, then earlier items (by the id
+    # generated for them: an item that turns out to exist already is repointed below).
+    wanted = [_dependencies(item, ids) for item in items]
+    targets = {j for item in items for j in item.get("depends_on_index") or ()}
+    rows = [_item_row(item, ids[n], wanted[n], n in targets) for n, item in enumerate(items)]
+    with tracing.creating_many([(i.get("traceparent"), i["queue"]) for i in items]) as traceparents:
+        for row, traceparent in zip(rows, traceparents, strict=True):
+            if traceparent is not None:
+                row["traceparent"] = traceparent
+        if not any(wanted) and len(items) == 1:
+            return [_insert(reading, rows)[0]]  # one statement (and its rare retries): no transaction needed
+        with transaction.atomic():
+            outcomes = _insert(reading, rows)
+            if any(wanted):
+                outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
+            return outcomes
+
+
+def _insert(reading: _Reading[_T], rows: list[dict[str, Any]]) -> list[tuple[_T, bool]]:
+    """CREATE_MANY, then the holders of the keys of the items that did not insert. The holder of a key may
+    finish between our conflicting INSERT and the read; those items are inserted again."""
+    outcomes: dict[int, tuple[_T, bool]] = {}
+    todo_at: Sequence[int] = range(len(rows))
+    defaults = {
+        "max_attempts": settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
+        "on_dependency_failure": OnDependencyFailure.CANCEL.value,
+    }
+    for _ in range(5):
+        wanted = {rows[n]["id"]: n for n in todo_at}
+        # One JSON text, cast to json by the statement (never jsonb: that would parse the batch twice).
+        items = json.dumps([rows[n] for n in todo_at], separators=(",", ":"))
+        for todo in reading.fetch(reading.insert, {"items": items, **defaults}):
+            outcomes[wanted.pop(todo.id)] = (todo, True)
+        if not wanted:
+            break
+        rest = list(wanted.values())
+        keyed = [(rows[n]["queue"], rows[n].get("idempotency_key")) for n in rest]
+        holders = {
+            (t.queue, t.idempotency_key): t
+            for t in reading.fetch(reading.holders, {"queues": [q for q, _ in keyed], "keys": [k for _, k in keyed]})
+        }
+        for n, key in zip(rest, keyed, strict=True):
+            if (holder := holders.get(key)) is not None:
+                outcomes[n] = (holder, False)
+        todo_at = [n for n in rest if n not in outcomes]
+        if not todo_at:
+            break
+    else:
+        raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+    if len(outcomes) < len(rows):
+        raise TodoConflict("The idempotency key is changing hands too fast; try again.", state="unknown")
+    return [outcomes[n] for n in range(len(rows))]
+
+
+def _link(
+    reading: _Reading[_T],
+    outcomes: list[tuple[_T, bool]],
+    ids: list[str],
+    wanted: list[list[str]],
+    items: Sequence[Mapping[str, Any]],
+    agent: Agent | None,
+    batch: bool,
+) -> list[tuple[_T, bool]]:
+    """The edges of the items inserted with dependencies (LINK), then SETTLE for those already finished."""
+    actual = {ids[n]: todo.id for n, (todo, _) in enumerate(outcomes)}  # an existing todo stands for its item
+    dependents, positions, dependencies, repointed = [], [], [], []
+    for n, (todo, created) in enumerate(outcomes):
+        if not created or not wanted[n]:
+            continue
+        resolved = [actual.get(d, d) for d in wanted[n]]
+        if resolved != wanted[n]:
+            repointed.append((todo.id, resolved))
+        for position, dependency in enumerate(resolved):
+            dependents.append(todo.id)
+            positions.append(position)
+            dependencies.append(dependency)
+    if not dependents:
+        return outcomes
+    if repointed:
+        fetchall(
+            sql.REPOINT,
+            {"ids": [i for i, _ in repointed], "waiting_fors": [Jsonb({"todos": r}) for _, r in repointed]},
+        )
+    found = dict(
+        fetchall(
+            sql.LINK,
+            {
+                "dependents": dependents,
+                "positions": positions,
+                "dependencies": dependencies,
+                "visible": visible_patterns(agent),
+            },
+        )
+    )
+    for n, (_, created) in enumerate(outcomes):
+        for given in items[n].get("depends_on") or () if created else ():
+            if given not in found:
+                where = f"todos.{n}.depends_on" if batch else "depends_on"
+                raise TodoNotFound(f"No todo {given}.", fields={where: [f"No todo {given}."]})
+    finished = [(i, outcome) for i, outcome in found.items() if outcome is not None]
+    if finished:
+        fetchall(sql.SETTLE, {"ids": [i for i, _ in finished], "outcomes": [o for _, o in finished]})
+    elif not repointed:
+        return outcomes
+    # Settling moved some of the new todos on (pending, scheduled, cancelled), or they were repointed:
+    # answer with them as they are.
+    fresh = {t.id: t for t in reading.fetch(reading.by_id, {"ids": [t.id for t, created in outcomes if created]})}
+    return [(fresh.get(todo.id, todo), created) for todo, created in outcomes]
