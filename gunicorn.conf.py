@@ -2,7 +2,7 @@
 
 gunicorn manages the processes (graceful stops, max-requests, Prometheus multiprocess); each worker is
 uvicorn running Django's ASGI application (switchboard.asgi:application), one event loop per process.
-A waiting long-poll is a cheap wait in that loop (todos/waiting.py): it holds no thread and no
+A waiting long-poll is a cheap wait in that loop (todos/longpoll.py): it holds no thread and no
 database connection, so a process holds thousands of them. Sync work (every sync request, every
 statement) runs in each process's pool of WEB_THREADS threads (switchboard/executor.py), and a watchdog
 thread replaces a process whose loop or pool stops moving (switchboard/watchdog.py).
@@ -21,7 +21,7 @@ workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWorker")
 # Longer than the longest long-poll (20 s) plus a slow query.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
-# On SIGTERM every waiting long-poll is answered at once with {"todos": []} (todos/waiting.py), so a
+# On SIGTERM every waiting long-poll is answered at once with {"todos": []} (todos/longpoll.py), so a
 # stop takes as long as the slowest request actually running.
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
 keepalive = 5

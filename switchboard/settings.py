@@ -85,7 +85,7 @@ ASGI_MOUNTS: dict[str, str] = {
 }
 # Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
 # server's event loop, and a stop answers every waiting claim at once.
-ASGI_LIFESPAN: list[str] = ["todos.waiting", "switchboard.watchdog"]
+ASGI_LIFESPAN: list[str] = ["todos.longpoll", "switchboard.watchdog"]
 # Each web process's pool of threads for sync work (switchboard/executor.py): every sync request and
 # every statement of an async view runs there, each thread on its own persistent connection. So a web
 # process holds at most WEB_THREADS database connections, plus one for its listener.

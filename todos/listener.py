@@ -4,12 +4,12 @@ Transitions that make work claimable at once NOTIFY ``sql.NOTIFY_CHANNEL`` with 
 from batch statements, how many rows: ``"<queue> <n>"``) inside their own statement (todos/sql/);
 todos/auth.py's agent changes NOTIFY ``AGENTS_CHANNEL``. Each web process keeps one listening
 connection: psycopg's ``AsyncConnection``, a task in the server's event loop (started by the ASGI
-lifespan through todos/waiting.py). Outside an ASGI server (the test client, ``runserver``, a WSGI
+lifespan through todos/longpoll.py). Outside an ASGI server (the test client, ``runserver``, a WSGI
 deployment) the same task runs in one daemon thread's own loop.
 
 It reaches PostgreSQL directly (the ``listener`` database alias, from LISTEN_DATABASE_URL, when the
 default one goes through PgBouncer in transaction mode, which would drop a LISTEN). What it hears is
-handed to the callbacks registered here: the waiters (todos/waiting.py) and the token cache
+handed to the callbacks registered here: the waiters (todos/longpoll.py) and the token cache
 (todos/auth.py). It never runs a request's statement.
 """
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from todos.auth import token_cache
+from todos.longpoll import listener
 from todos.models import Agent
 from todos.tests.conftest import Api
-from todos.waiting import listener
 
 
 @pytest.fixture

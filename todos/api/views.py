@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
+from todos import auth, controls, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.serializers import (
     MAX_CREATE_BATCH,
@@ -206,7 +206,7 @@ class TodoDetailApi(_WaitsOnTheLoop):
         if wait:
             # Outside an ASGI server an await waits in this request's own thread; under one,
             # switchboard/asgi.py sends it to waiting_view instead.
-            todo = async_to_sync(awaiting.await_finished)(agent, todo_id, wait)
+            todo = async_to_sync(results.await_finished)(agent, todo_id, wait)
         else:
             found = Todo.objects.visible_to(agent).filter(pk=todo_id).first()
             if found is None:
@@ -223,11 +223,11 @@ class TodoDetailApi(_WaitsOnTheLoop):
     @staticmethod
     @csrf_exempt  # a GET; a staff session's checks are DRF's own, in _session_caller
     async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        """The await, on the event loop (todos/awaiting.py)."""
+        """The await, on the event loop (todos/results.py)."""
         try:
             agent = await TodoDetailApi._for(request, *args, **kwargs)._caller(request)
             wait = _valid(TodoAwaitInput, request.GET)["wait_seconds"]
-            todo = await awaiting.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
+            todo = await results.await_finished(agent, _todo_id(kwargs["todo_id"]), wait)
             await executor.run(selectors.show_awaited, [todo])
             return JsonResponse(TodoSerializer(todo).data)
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
@@ -278,9 +278,9 @@ class TodoClaimNextApi(_WaitsOnTheLoop):
         if wait:
             # Outside an ASGI server (WSGI, the test client, runserver) a long-poll waits in this
             # request's own thread; under one, switchboard/asgi.py sends it to waiting_view instead.
-            todos = async_to_sync(waiting.claim_next_waiting)(agent=agent, wait_seconds=wait, **data)
+            todos = async_to_sync(longpoll.claim_next_waiting)(agent=agent, wait_seconds=wait, **data)
         else:
-            todos = waiting.claim_now(agent=agent, **data)
+            todos = longpoll.claim_now(agent=agent, **data)
         return Response({"todos": TodoSerializer(todos, many=True).data})
 
     @staticmethod
@@ -296,13 +296,13 @@ class TodoClaimNextApi(_WaitsOnTheLoop):
     @staticmethod
     @csrf_exempt  # a staff session's CSRF check is DRF's own, in _session_caller
     async def waiting_view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/waiting.py)
+        """The long-poll, outside DRF's sync dispatch: it waits in the event loop (todos/longpoll.py)
         holding no thread and no connection. A bearer token whose agent is cached costs no query; other
         callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
         try:
             agent = await TodoClaimNextApi._for(request, *args, **kwargs)._caller(request)
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
-            todos = await waiting.claim_next_waiting(agent=agent, **data)
+            todos = await longpoll.claim_next_waiting(agent=agent, **data)
             return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
         except Exception as exc:  # rendered as every API error is; unknown errors propagate
             return await _error(exc)

@@ -25,7 +25,7 @@ from rest_framework import serializers
 
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
-from todos import awaiting, queue, selectors, waiting
+from todos import longpoll, queue, results, selectors
 from todos.api.serializers import (
     MAX_WAIT_SECONDS,
     ClaimNextInput,
@@ -135,7 +135,7 @@ async def list_todos(agent: Agent, args: Args) -> JSONObject:
 async def get_todo(agent: Agent, args: Args) -> JSONObject:
     todo_id = _todo_id(args)
     wait = _valid(TodoAwaitInput, args)["wait_seconds"]
-    todo = await awaiting.await_finished(agent, todo_id, wait)
+    todo = await results.await_finished(agent, todo_id, wait)
 
     def shown() -> JSONObject:
         selectors.show_awaited([todo])
@@ -152,7 +152,7 @@ async def claim(agent: Agent, args: Args) -> JSONObject:
         data = _valid(ClaimOneInput, args)
         return await in_thread(lambda: _one(queue.claim(todo_id, agent=agent, **data)))
     data = _valid(ClaimNextInput, args)
-    todos = await waiting.claim_next_waiting(agent=agent, queues=data.pop("queues", None), **data)
+    todos = await longpoll.claim_next_waiting(agent=agent, queues=data.pop("queues", None), **data)
     return {"todo": TodoSerializer(todos[0]).data if todos else None}
 
 

@@ -21,7 +21,7 @@ _HOLDS_RECEIPT = """id = %(id)s AND lease_id = %(lease_id)s AND split_part(owner
     AND queue LIKE ANY(%(visible)s::text[])"""
 
 # Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
-# their own statement (no extra round trip); todos/waiting.py wakes that many long-polling claims of
+# their own statement (no extra round trip); todos/longpoll.py wakes that many long-polling claims of
 # that queue (a statement that changed n > 1 rows of a queue says "<queue> <n>"). A NOTIFY is
 # delivered when the transaction commits, so a woken claimer sees the row, and PostgreSQL
 # folds identical (channel, payload) pairs of one transaction into one.

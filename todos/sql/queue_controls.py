@@ -12,7 +12,7 @@ _QUEUE_COLUMNS = "name, paused, max_claimed, rate_per_second, rate_burst, fair, 
 
 
 # A queue change may make many todos claimable at once, and a notification wakes one waiter per count
-# (todos/waiting.py), so it says "<queue> <n>": n the queue's claimable todos, counted up to this many
+# (todos/longpoll.py), so it says "<queue> <n>": n the queue's claimable todos, counted up to this many
 # (enough for every waiter a process holds at once; a waiter left asleep still wakes when its wait ends).
 _QUEUE_WAKES_MAX = 1000
 

@@ -1,5 +1,5 @@
 """Reads that need one hand-written statement: each queue's counts and controls (todos/selectors.py),
-when a long-poll's next claimable todo comes (todos/waiting.py), the dashboard's per-minute figures.
+when a long-poll's next claimable todo comes (todos/longpoll.py), the dashboard's per-minute figures.
 """
 
 from todos import states as S
@@ -58,7 +58,7 @@ LEFT JOIN waiting ON waiting.queue = q.name
 ORDER BY q.name
 """
 
-# seconds_until_claimable (the long-poll, todos/waiting.py): seconds (by the database's clock) until the
+# seconds_until_claimable (the long-poll, todos/longpoll.py): seconds (by the database's clock) until the
 # earliest lease in the caller's queues lapses, the earliest scheduled retry comes due, or the earliest
 # scheduled todo's run_at comes: work that becomes claimable with no write and so no NOTIFY. Negative
 # when such work is claimable already; NULL when there is none. Same queue set and assignee rule as

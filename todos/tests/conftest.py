@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from todos.longpoll import listener
 from todos.models import Agent
 from todos.tests.gunicorn_live import start_server  # noqa: F401  (a fixture for the tests on the real server)
 from todos.tests.pgbouncer_support import pgbouncer  # noqa: F401  (a fixture: PgBouncer before the test database)
-from todos.waiting import listener
 
 V1 = "/api/v1"
 

@@ -12,10 +12,10 @@ import requests
 from asgiref.sync import async_to_sync
 from django.db import connection, connections
 
-from todos import controls, queue, waiting
+from todos import controls, longpoll, queue
+from todos.longpoll import listener, waiters
 from todos.models import Todo, TodoState
 from todos.tests.conftest import Api
-from todos.waiting import listener, waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -327,7 +327,7 @@ def test_a_woken_waiter_whose_client_hung_up_claims_nothing(agent, listening):
             async def gone() -> bool:
                 return True
 
-            out["todos"] = async_to_sync(waiting.claim_next_waiting)(
+            out["todos"] = async_to_sync(longpoll.claim_next_waiting)(
                 agent=agent, queues=["gone.*"], wait_seconds=10, client_gone=gone
             )
         finally:

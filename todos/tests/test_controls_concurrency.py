@@ -15,13 +15,13 @@ from asgiref.sync import async_to_sync
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 
-from todos import controls, queue, waiting
+from todos import controls, longpoll, queue
 from todos.errors import TodoConflict
+from todos.longpoll import listener, waiters
 from todos.models import Agent, Todo, TodoState
 from todos.tests.test_api_longpoll import Http
 from todos.tests.test_concurrency import run_together, seed
 from todos.tests.test_reap_leases import BASE_DIR, _reaper_env
-from todos.waiting import listener, waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,7 +93,7 @@ def test_ten_seconds_at_20_per_second_burst_5_make_at_most_205_claims_and_nearly
     def claimer() -> None:
         while (left := deadline - time.monotonic()) > 0:
             # A long-poll: refused by the rate, it sleeps until the next token is due (selectors).
-            todos = async_to_sync(waiting.claim_next_waiting)(
+            todos = async_to_sync(longpoll.claim_next_waiting)(
                 agent=agent, queues=["rated"], limit=5, wait_seconds=min(left, 2)
             )
             now = time.monotonic()
@@ -233,7 +233,7 @@ def test_resume_wakes_a_long_poll_waiting_on_the_paused_queue(live_server, agent
 
 
 def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
-    # One notification wakes one waiter (todos/waiting.py), so resume says how many todos it freed.
+    # One notification wakes one waiter (todos/longpoll.py), so resume says how many todos it freed.
     listener._ensure_running()
     assert listener.connected.wait(5)
     created = {queue.create(queue="jobs.p2", title=str(i))[0].id for i in range(2)}
@@ -243,7 +243,7 @@ def test_resume_wakes_as_many_long_polls_as_the_queue_has_todos(agent):
 
     def wait() -> None:
         try:
-            todos = async_to_sync(waiting.claim_next_waiting)(agent=agent, queues=["jobs.p2"], wait_seconds=15)
+            todos = async_to_sync(longpoll.claim_next_waiting)(agent=agent, queues=["jobs.p2"], wait_seconds=15)
             with lock:
                 answered.append((time.monotonic(), [t.id for t in todos]))
         finally:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from todos import queue
+from todos.longpoll import waiters
 from todos.models import Todo, TodoState
-from todos.waiting import waiters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

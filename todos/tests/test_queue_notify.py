@@ -11,8 +11,8 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from todos import queue, sql
+from todos.longpoll import listener
 from todos.models import Todo, TodoState
-from todos.waiting import listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from django.db import connection, connections
 from django.db.models.functions import Now
 
-from todos import queue, waiting
+from todos import longpoll, queue
 from todos.errors import InvalidTransitionInput, TodoConflict
 from todos.models import MAX_DELAY_SECONDS, Todo, TodoState
 
@@ -228,7 +228,7 @@ def test_a_long_poll_wakes_when_a_todo_scheduled_during_the_wait_comes_due(make_
     started = time.monotonic()
     waiter = threading.Thread(
         target=lambda: (
-            got.append(async_to_sync(waiting.claim_next_waiting)(agent=agent, queues=["q"], wait_seconds=15)),
+            got.append(async_to_sync(longpoll.claim_next_waiting)(agent=agent, queues=["q"], wait_seconds=15)),
             connections.close_all(),
         )
     )

@@ -2,7 +2,7 @@
 answer when the todo is finished (states.FINISHED: done, a dead-letter, cancelled) or the time runs out.
 
 An awaiting request is an ``asyncio.Event`` in its loop: no thread and no database connection while it
-waits, like a long-poll claim (todos/waiting.py). What wakes it is one shared read per loop: while any
+waits, like a long-poll claim (todos/longpoll.py). What wakes it is one shared read per loop: while any
 await is open, every POLL_SECONDS one statement (a primary-key lookup of the awaited ids, whatever their
 number) asks which of them have finished, and wakes their awaiters. So N awaiters cost one indexed read
 per tick, and an idle process none; a result is seen at most POLL_SECONDS after it is written.
