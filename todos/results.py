@@ -16,15 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from switchboard import executor
+from django.db import DatabaseError
+
+from switchboard import dberrors, executor
 from todos import states
 from todos.errors import TodoNotFound
 from todos.models import Agent, Todo
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -60,10 +65,17 @@ class _LoopAwaits:
                 await asyncio.sleep(POLL_SECONDS)
                 if not self.events:
                     break
-                with contextlib.suppress(Exception):  # a failed read (database down) is retried next tick
-                    for todo_id in await _run(_finished_ids, list(self.events)):
-                        for event in self.events.get(todo_id, ()):
-                            event.set()
+                try:
+                    finished = await _run(_finished_ids, list(self.events))
+                except DatabaseError as exc:  # the database is down or busy: read again next tick
+                    dberrors.log_failure(logger, "reading awaited todos", exc)
+                    continue
+                except Exception:  # a bug: said with its traceback, and the awaits still end at their timeout
+                    logger.exception("reading awaited todos failed")
+                    continue
+                for todo_id in finished:
+                    for event in self.events.get(todo_id, ()):
+                        event.set()
         finally:
             self.reader = None
 
