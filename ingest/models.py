@@ -12,7 +12,8 @@ from django.db.models.functions import Now
 from django.urls import reverse
 
 from ingest import providers
-from todos.models import MAX_DELAY_SECONDS, PRIORITY_MAX, PRIORITY_MIN, validate_queue_name
+from todos.limits import MAX_DELAY_SECONDS
+from todos.models import PRIORITY_MAX, PRIORITY_MIN, validate_queue_name
 
 
 class Source(models.Model):

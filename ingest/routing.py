@@ -22,7 +22,8 @@ from ingest.errors import RoutingFailed
 from ingest.models import Route
 from todos import queue
 from todos.errors import QueueError
-from todos.models import MAX_FAIR_KEY_CHARS, Agent, Todo
+from todos.limits import MAX_FAIR_KEY_CHARS
+from todos.models import Agent, Todo
 
 TITLE_MAX_LENGTH = 500  # Todo.title's column
 

@@ -17,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
-from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, Agent, visible_patterns
+from todos.limits import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
+from todos.models import Agent, visible_patterns
 from todos.rows import fetchall
 
 

@@ -1,13 +1,48 @@
 """Every bound the service enforces, in one place (issue 34).
 
-Serializers, the queue service, MCP schemas and the API descriptions read these names; none restates a
-number. A bound an operator may tune reads its setting here (settings.py documents the variable), so the
-rest of the code never reaches into settings for a limit.
+Serializers, the queue service, MCP schemas, the API's descriptions and the Python client (through a contract
+test) read these names; none restates a number. A bound an operator may tune is a Django setting instead,
+read where it is enforced and documented in docs/deploy.md: MAX_PAYLOAD_BYTES (payload, result and
+resolution data), MAX_REQUEST_BYTES (any request body), INGEST_MAX_BODY_BYTES (a delivery),
+QUEUE_MAX_LEASE_SECONDS (a lease).
 """
 
 from __future__ import annotations
 
-# --- Batches (the queue service enforces them; the API's serializers and the client read them here) ---
+# --- Claims ---
 MAX_CLAIM_BATCH = 100  # todos one claim may take: a worker's batch, bounded so one answer stays small
+LONG_POLL_MAX_SECONDS = 20.0  # wait_seconds of a claim or an await: under every proxy's idle timeout
+
+# --- Creates ---
 MAX_CREATE_BATCH = 1000  # todos one batch create may insert: one statement, about 0.1 s (docs/benchmarks.md)
-MAX_COMPLETE_BATCH = 100  # completions one batch complete may carry: one statement, each result up to the payload bound
+MAX_DEPENDENCIES = 100  # depends_on and depends_on_index of one todo together
+MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
+MAX_FAIR_KEY_CHARS = 200  # a fair_key: a tenant's name, not data
+
+# --- The holder's doors ---
+MAX_COMPLETE_BATCH = 100  # completions one batch complete may carry: one statement
+MAX_ERROR_CHARS = 10_000  # a fail's error text: a traceback's tail, kept in errors
+MAX_NOTE_CHARS = 1_000  # an operator's note, kept in errors
+MAX_PROGRESS_MESSAGE_CHARS = 500  # a heartbeat's progress message: a status line
+MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0  # a fail's retry_in_seconds
+MAX_CHECKPOINT_BYTES = 64 * 1024  # a checkpoint: what a retry needs to resume, not the work's data
+
+# --- Waits ---
+WAIT_TIMEOUT_MAX_SECONDS = 30 * 24 * 3600  # a wait's timeout_seconds: a person may take a month
+MAX_AWAITED = 100  # todos one wait may name in for.todos
+MAX_MATCH_PATHS = 20  # dotted paths of an event wait's match
+MAX_MATCHABLE_LEAVES = 5000  # a delivery's payload leaves that get a key; deeper leaves are not matchable
+
+# --- Reads ---
+DEPENDENCY_RESULTS_MAX_BYTES = 64 * 1024  # dependencies' results shown on a claimed todo, together
+MAX_SHOWN_RESULT_CHARS = 4_000  # an awaited todo's result shown in resolution.todos, each
+MAX_LIST_LIMIT = 100  # todos one MCP list_todos answers
+DEFAULT_LIST_LIMIT = 20
+
+# --- Queue controls and schedules ---
+MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
+SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catch_up "all" (the latest)
+
+# --- The admin ---
+MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
+MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated

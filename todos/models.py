@@ -27,6 +27,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Left, Now, Upper
 
 from todos import states
+from todos.limits import MAX_FAIR_KEY_CHARS
 from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
@@ -72,7 +73,6 @@ class LikeAny(models.Lookup):
 __all__ = ["TodoState"]
 # Scheduling's vocabulary (issue 12) lives in todos/states.py too; these names are kept for its callers.
 PRIORITY_MIN, PRIORITY_MAX = states.PRIORITY_MIN, states.PRIORITY_MAX
-MAX_DELAY_SECONDS = states.MAX_DELAY_SECONDS
 
 
 class OnDependencyFailure(models.TextChoices):
@@ -90,8 +90,6 @@ class TodoQuerySet(models.QuerySet["Todo"]):
     def dead_lettered(self) -> TodoQuerySet:
         return self.filter(states.DEAD_LETTER.q)
 
-
-MAX_FAIR_KEY_CHARS = 200
 
 # The unique index that makes a runnable todo hold its (queue, idempotency_key): a transition that
 # revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
@@ -380,9 +378,6 @@ class Dependency(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dependent_id} waits for {self.dependency_id}"
-
-
-MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
 
 
 class Queue(models.Model):

@@ -12,7 +12,7 @@ Exactly once per tick, however many reapers run:
 
 After downtime, the ticks that passed unseen follow ``catch_up``: ``latest`` (the default) makes only
 the most recent one, so a reaper that was down for a day does not burst 1,440 todos of an every-minute
-schedule; ``none`` makes none; ``all`` makes each of them, at most CATCH_UP_MAX (the most recent).
+schedule; ``none`` makes none; ``all`` makes each of them, at most SCHEDULE_CATCH_UP_MAX (the most recent).
 
 Time zones and DST follow cronsim (Debian cron's rules) for expressions with fixed minute and hour
 fields: on the spring-forward day a time that does not exist runs at the first minute after the gap
@@ -37,11 +37,11 @@ from django.db.models.functions import Now
 
 from switchboard import dberrors
 from todos import queue
+from todos.limits import SCHEDULE_CATCH_UP_MAX
 from todos.models import CatchUp, Schedule
 
 logger = logging.getLogger("switchboard.schedules")
 
-CATCH_UP_MAX = 100
 # A broken schedule (a cron or zone that no longer parses, a queue name refused) is looked at again after
 # this long, not on every sweep: one log line a minute, not one a second.
 BROKEN_RETRY_SECONDS = 60.0
@@ -104,7 +104,7 @@ def plan(schedule: Schedule, now: datetime, lookahead: float) -> tuple[list[date
     ``lookahead`` seconds."""
     tz = ZoneInfo(schedule.timezone)
     since = schedule.last_tick_at or schedule.created_at
-    missed_limit = CATCH_UP_MAX if schedule.catch_up == CatchUp.ALL else 1
+    missed_limit = SCHEDULE_CATCH_UP_MAX if schedule.catch_up == CatchUp.ALL else 1
     missed = _ticks_before(schedule.cron, tz, now, since, missed_limit)
     if schedule.catch_up == CatchUp.NONE:
         skipped, missed = missed, []

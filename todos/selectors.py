@@ -14,6 +14,7 @@ from typing import Any
 from django.db import connection
 
 from todos import sql
+from todos.limits import DEPENDENCY_RESULTS_MAX_BYTES, MAX_DEPENDENCIES, MAX_SHOWN_RESULT_CHARS
 from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like, visible_patterns
 from todos.rows import fetchall
 
@@ -68,11 +69,9 @@ def seconds_until_claimable(agent: Agent, queues: list[str] | None = None) -> fl
     return None if row is None or row[0] is None else float(row[0])
 
 
-# A todo's JSON lists at most this many of its dependencies (the API accepts at most this many), and
-# their results up to this many bytes of JSON together: a dependency past the budget shows
-# "result_truncated": true and no result (GET it for the whole). docs/api.md says so.
-DEPENDENCIES_LISTED = 100
-DEPENDENCY_RESULTS_MAX_BYTES = 64 * 1024
+# A todo's JSON lists its dependencies (at most MAX_DEPENDENCIES, as the API accepts), and their results up
+# to DEPENDENCY_RESULTS_MAX_BYTES of JSON together: a dependency past the budget shows "result_truncated":
+# true and no result (GET it for the whole). docs/api.md says so.
 
 
 def dependencies_of(todo_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -80,7 +79,7 @@ def dependencies_of(todo_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     dead_letter and result. One statement for all the todos."""
     listed: dict[str, list[dict[str, Any]]] = {i: [] for i in todo_ids}
     spent: dict[str, int] = dict.fromkeys(todo_ids, 0)
-    rows = fetchall(sql.DEPENDENCIES_OF, {"ids": todo_ids, "limit": DEPENDENCIES_LISTED})
+    rows = fetchall(sql.DEPENDENCIES_OF, {"ids": todo_ids, "limit": MAX_DEPENDENCIES})
     for dependent, dependency, state, dead, result, size in rows:
         # The connection hands jsonb back as text (Django decodes its JSONFields itself).
         value = json.loads(result) if isinstance(result, str) else result
@@ -102,9 +101,6 @@ def attach_dependencies(todos: list[Any]) -> None:
         listed = dependencies_of([t.id for t in having])
         for todo in having:
             todo.dependency_list = listed[todo.id]
-
-
-MAX_SHOWN_RESULT_CHARS = 4_000
 
 
 def show_awaited(todos: Iterable[Todo]) -> None:

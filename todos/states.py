@@ -200,7 +200,6 @@ CANCELLABLE = ((PENDING | CLAIMED | SCHEDULED | WAITING) | RETRY_WAITING).named(
 # --- Scheduling's other vocabulary (issue 12) --------------------------------------------------------
 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # lower runs first (Graphile Worker's convention)
-MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
 # Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at: creation time
 # unless scheduled). created_at would do for time only while nothing is scheduled.
 CLAIM_ORDER = ("priority", "run_at")

@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from todos.errors import InvalidTransitionInput
+from todos.limits import MAX_AWAITED, MAX_MATCH_PATHS, MAX_MATCHABLE_LEAVES, WAIT_TIMEOUT_MAX_SECONDS
 from todos.models import OnTimeout, glob_to_like
 
-MAX_WAIT_SECONDS = 30 * 24 * 3600  # timeout_seconds: up to 30 days
-MAX_AWAITED = 100
-MAX_MATCH_PATHS = 20
-MAX_LEAVES = 5000  # a delivery's payload leaves that get a key; beyond, deeper leaves are not matchable
 SLUG_MAX, TYPE_MAX, PATH_MAX = 100, 200, 200
 TOKEN_PREFIX = "wpt_"  # noqa: S105 (a prefix, not a secret)
 
@@ -60,10 +57,10 @@ def event_key(source: str, path: str = "", value: Any = None) -> str:
 
 
 def delivery_keys(source: str, payload: Any) -> list[str]:
-    """Every key a wait on this delivery could be indexed under (breadth first, at most MAX_LEAVES)."""
+    """Every key a wait on this delivery could be indexed under (breadth first, at most MAX_MATCHABLE_LEAVES)."""
     keys = [event_key(source)]
     queue: list[tuple[str, Any]] = [("", payload)]
-    while queue and len(keys) <= MAX_LEAVES:
+    while queue and len(keys) <= MAX_MATCHABLE_LEAVES:
         prefix, node = queue.pop(0)
         if not isinstance(node, dict):
             continue
@@ -147,8 +144,8 @@ def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
 def check_timeout(timeout_seconds: Any, on_timeout: Any) -> tuple[float, str]:
     if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
         raise _bad("timeout_seconds is required: a number of seconds up to 30 days.", "timeout_seconds")
-    if not 1 <= timeout_seconds <= MAX_WAIT_SECONDS:
-        raise _bad(f"timeout_seconds must be between 1 and {MAX_WAIT_SECONDS} (30 days).", "timeout_seconds")
+    if not 1 <= timeout_seconds <= WAIT_TIMEOUT_MAX_SECONDS:
+        raise _bad(f"timeout_seconds must be between 1 and {WAIT_TIMEOUT_MAX_SECONDS} (30 days).", "timeout_seconds")
     if on_timeout not in OnTimeout.values:
         raise _bad("on_timeout must be 'pending' (default) or 'fail'.", "on_timeout")
     return float(timeout_seconds), str(on_timeout)

@@ -43,11 +43,11 @@ from todos.admin.filters import (
 from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
+from todos.limits import MAX_SELECTED
 from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
-MAX_SELECTED = 500
 
 
 def _operator_action(op: Op) -> Any:

@@ -12,11 +12,10 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
 from todos import states
+from todos.limits import MAX_SHOWN_JSON_CHARS
 from todos.models import Todo, last_error
 
 __all__ = ["last_error"]  # the list column, the triage groups and the last-error filter read it from here
-
-MAX_JSON_CHARS = 100_000
 
 
 def state_badge(todo: Todo) -> SafeString:
@@ -30,8 +29,8 @@ def pretty_json(value: Any) -> SafeString:
     if value is None:
         return format_html('<span class="quiet">{}</span>', "none")
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    if len(text) > MAX_JSON_CHARS:
-        text = text[:MAX_JSON_CHARS] + "\n… (truncated)"
+    if len(text) > MAX_SHOWN_JSON_CHARS:
+        text = text[:MAX_SHOWN_JSON_CHARS] + "\n… (truncated)"
     return format_html('<pre class="sb-json">{}</pre>', text)
 
 

@@ -18,14 +18,10 @@ from rest_framework import serializers
 
 from todos import tracing
 from todos.errors import PayloadTooLarge
-from todos.models import (
-    MAX_DELAY_SECONDS,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-)
+from todos.limits import MAX_CHECKPOINT_BYTES, MAX_DELAY_SECONDS
+from todos.models import PRIORITY_MAX, PRIORITY_MIN
 
 MIN_LEASE_SECONDS = 1.0
-MAX_CHECKPOINT_BYTES = 64 * 1024
 LEASE_ID_MAX = 40
 WORKER_RE = r"^[A-Za-z0-9._:@-]{1,99}$"
 

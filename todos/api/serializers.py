@@ -28,10 +28,24 @@ from todos.api.fields import (
     stored_json_bytes,
 )
 from todos.errors import InvalidTransitionInput
-from todos.models import (
+from todos.limits import (
+    DEPENDENCY_RESULTS_MAX_BYTES,
+    LONG_POLL_MAX_SECONDS,
+    MAX_CHECKPOINT_BYTES,
+    MAX_CLAIM_BATCH,
+    MAX_COMPLETE_BATCH,
+    MAX_CREATE_BATCH,
     MAX_DELAY_SECONDS,
+    MAX_DEPENDENCIES,
+    MAX_ERROR_CHARS,
     MAX_FAIR_KEY_CHARS,
+    MAX_NOTE_CHARS,
+    MAX_PROGRESS_MESSAGE_CHARS,
     MAX_QUEUE_LIMIT,
+    MAX_RETRY_IN_SECONDS,
+    WAIT_TIMEOUT_MAX_SECONDS,
+)
+from todos.models import (
     QUEUE_NAME_RE,
     SCOPE_RE,
     OnDependencyFailure,
@@ -42,17 +56,8 @@ from todos.models import (
     validate_scope,
 )
 from todos.queue import TodoRef
-from todos.selectors import DEPENDENCIES_LISTED, DEPENDENCY_RESULTS_MAX_BYTES, dependencies_of
+from todos.selectors import dependencies_of
 
-MAX_CLAIM_LIMIT = 100
-MAX_WAIT_SECONDS = 20.0
-MAX_RETRY_IN_SECONDS = 7 * 24 * 3600.0
-MAX_ERROR_CHARS = 10_000
-MAX_NOTE_CHARS = 1_000
-MAX_BATCH_ITEMS = 100
-MAX_PROGRESS_MESSAGE_CHARS = 500
-MAX_CREATE_BATCH = 1000
-MAX_DEPENDENCIES = 100
 # --- output -----------------------------------------------------------------------------------
 
 
@@ -69,7 +74,7 @@ class DependencySerializer(serializers.Serializer[Any]):
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
     dependencies = serializers.SerializerMethodField(
-        help_text=f"The todos it depends on, in the order given (at most {DEPENDENCIES_LISTED}), each with its "
+        help_text=f"The todos it depends on, in the order given (at most {MAX_DEPENDENCIES}), each with its "
         f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
         "(result_truncated)."
     )
@@ -349,10 +354,10 @@ class TodoCreateInput(StrictInput):
 class TodoAwaitInput(serializers.Serializer[Any]):
     wait_seconds = serializers.FloatField(
         min_value=0,
-        max_value=MAX_WAIT_SECONDS,
+        max_value=LONG_POLL_MAX_SECONDS,
         default=0,
         help_text="Await the result: answer when the todo is finished (done, a dead-letter, cancelled) or after "
-        "this many seconds (at most 20), with the todo as it then is.",
+        f"this many seconds (at most {LONG_POLL_MAX_SECONDS:g}), with the todo as it then is.",
     )
 
 
@@ -554,9 +559,9 @@ class ClaimNextInput(StrictInput):
         help_text="Queue names or globs narrowing the agent's claim scopes (never widening them).",
     )
     lease_seconds = LeaseSecondsField()
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_CLAIM_LIMIT, default=1)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_CLAIM_BATCH, default=1)
     wait_seconds = serializers.FloatField(
-        min_value=0, max_value=MAX_WAIT_SECONDS, default=0, help_text="Long-poll: wait this long for work."
+        min_value=0, max_value=LONG_POLL_MAX_SECONDS, default=0, help_text="Long-poll: wait this long for work."
     )
     worker = _worker_field()
 
@@ -581,7 +586,9 @@ class HeartbeatInput(StrictInput):
     lease_seconds = LeaseSecondsField()
     progress = ProgressInput(required=False, help_text="How far the work is: {percent 0-100, message}.")
     checkpoint = CheckpointField(
-        required=False, help_text="A JSON object (at most 64 KB) handed to the next claimer if this attempt ends."
+        required=False,
+        help_text=f"A JSON object (at most {MAX_CHECKPOINT_BYTES // 1024} KB) handed to the next claimer if this "
+        "attempt ends.",
     )
 
 
@@ -615,7 +622,9 @@ class WaitInput(StrictInput):
         '{"dotted.path": value}}}, {"token": true}.'
     )
     timeout_seconds = serializers.FloatField(
-        min_value=1, max_value=30 * 24 * 3600, help_text="Required: up to 30 days (2,592,000 s)."
+        min_value=1,
+        max_value=WAIT_TIMEOUT_MAX_SECONDS,
+        help_text=f"Required: up to {WAIT_TIMEOUT_MAX_SECONDS // 86400} days ({WAIT_TIMEOUT_MAX_SECONDS:,} s).",
     )
     on_timeout = serializers.ChoiceField(
         choices=["pending", "fail"],
@@ -662,7 +671,7 @@ class BatchItemInput(StrictInput):
 
 
 class BatchCompleteInput(StrictInput):
-    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_BATCH_ITEMS)  # type: ignore[call-arg]
+    items = BatchItemInput(many=True, allow_empty=False, max_length=MAX_COMPLETE_BATCH)  # type: ignore[call-arg]
 
 
 class CancelInput(StrictInput):

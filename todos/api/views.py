@@ -23,7 +23,6 @@ from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exceptio
 from todos import auth, controls, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.serializers import (
-    MAX_CREATE_BATCH,
     BatchCompleteInput,
     BatchCompleteResultSerializer,
     BatchCreateInput,
@@ -57,6 +56,7 @@ from todos.api.serializers import (
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
+from todos.limits import LONG_POLL_MAX_SECONDS, MAX_COMPLETE_BATCH, MAX_CREATE_BATCH
 from todos.models import Agent, Schedule, Todo, hash_token
 
 
@@ -194,10 +194,15 @@ class TodoDetailApi(_WaitsOnTheLoop):
     @extend_schema(
         operation_id="todos_retrieve",
         summary="One todo",
-        description="With `wait_seconds` (up to 20) it awaits the result: it answers when the todo is finished "
+        description=f"With `wait_seconds` (up to {LONG_POLL_MAX_SECONDS:g}) it awaits the result: it answers when "
+        "the todo is finished "
         "(done, a dead-letter or cancelled) or when the time runs out, with the todo as it then is. The wait "
         "holds no thread and no connection.",
-        parameters=[OpenApiParameter("wait_seconds", float, description="0-20: await the result this long")],
+        parameters=[
+            OpenApiParameter(
+                "wait_seconds", float, description=f"0-{LONG_POLL_MAX_SECONDS:g}: await the result this long"
+            )
+        ],
         **docs.documented(TodoSerializer, (401, 404), docs.TODO_EXAMPLES),
     )
     def get(self, request: Request, todo_id: str) -> Response:
@@ -364,7 +369,8 @@ class TodoBatchCompleteApi(APIView):
     @extend_schema(
         operation_id="todos_complete_many",
         summary="Complete many claimed todos",
-        description="One statement for up to 100 items; one outcome per item, in order, each with the status "
+        description=f"One statement for up to {MAX_COMPLETE_BATCH} items; one outcome per item, in order, each "
+        "with the status "
         "the single complete would have answered (200, 404 or 409).",
         request=BatchCompleteInput,
         **docs.documented(BatchCompleteResultSerializer, (400, 401, 413), docs.BATCH_EXAMPLES),

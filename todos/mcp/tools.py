@@ -27,7 +27,6 @@ from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
 from todos import longpoll, queue, results, selectors
 from todos.api.serializers import (
-    MAX_WAIT_SECONDS,
     ClaimNextInput,
     ClaimOneInput,
     CompleteInput,
@@ -44,15 +43,13 @@ from todos.api.serializers import (
     valid_batch,
 )
 from todos.errors import QueueError, TodoNotFound
+from todos.limits import DEFAULT_LIST_LIMIT, LONG_POLL_MAX_SECONDS, MAX_CREATE_BATCH, MAX_LIST_LIMIT
 from todos.models import Agent, Todo
 from todos.selectors import queue_stats
 
 Args = dict[str, Any]
 T = TypeVar("T")
 JSONObject = dict[str, Any]
-
-MAX_LIST_LIMIT = 100
-DEFAULT_LIST_LIMIT = 20
 
 
 # --- schemas ----------------------------------------------------------------------------------
@@ -277,7 +274,9 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "get_todo",
             "One todo by id. wait_seconds: answer once it is done, dead-lettered or cancelled, or then.",
-            _input({"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}}, ("id",)),
+            _input(
+                {"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": LONG_POLL_MAX_SECONDS}}, ("id",)
+            ),
             _ONE_TODO,
             get_todo,
             read_only=True,
@@ -291,7 +290,7 @@ TOOLS: dict[str, Tool] = {
                     "id": _ID,
                     "queues": {"type": "array", "items": _STR, "description": "Names or globs within your scopes."},
                     "lease_seconds": _LEASE_SECONDS,
-                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": LONG_POLL_MAX_SECONDS},
                     "worker": _STR,
                 }
             ),
@@ -359,7 +358,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            "Create a todo in a queue you may create in, optionally for one agent. Or todos: up to 1000 of them "
+            "Create a todo in a queue you may create in, optionally for one agent. Or todos: up to "
+            f"{MAX_CREATE_BATCH} of them "
             "(plus depends_on_index: earlier items), all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {

@@ -15,20 +15,11 @@ from psycopg.types.json import Jsonb
 
 from todos import sql, tracing
 from todos.errors import InvalidTransitionInput, QueueError, TodoConflict, TodoNotFound
-from todos.limits import MAX_CREATE_BATCH
+from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS
 from todos.metrics import TRANSITIONS, counted
-from todos.models import (
-    MAX_FAIR_KEY_CHARS,
-    QUEUE_NAME_RE,
-    Agent,
-    OnDependencyFailure,
-    Todo,
-    new_todo_id,
-    visible_patterns,
-)
+from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
 from todos.queue._common import JSON, priority_problem
 from todos.rows import fetch_todos, fetchall
-from todos.states import MAX_DELAY_SECONDS
 
 CREATE_FIELDS = (
     "queue",

@@ -14,7 +14,8 @@ from django.db.models.functions import Now
 
 from todos import longpoll, queue
 from todos.errors import InvalidTransitionInput, TodoConflict
-from todos.models import MAX_DELAY_SECONDS, Todo, TodoState
+from todos.limits import MAX_DELAY_SECONDS
+from todos.models import Todo, TodoState
 
 LATER = timedelta(hours=1)
 

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from todos import queue, schedules
+from todos import limits, queue, schedules
 from todos.models import CatchUp, Schedule, Todo, TodoState
 
 
@@ -63,7 +63,7 @@ def test_catch_up_all_runs_every_missed_tick_up_to_the_cap():
     ticks, _ = schedules.plan(s, _utc(2026, 1, 1, 0, 7, 30), lookahead=0)
     assert ticks == [_utc(2026, 1, 1, 0, m) for m in range(1, 8)]
     ticks, _ = schedules.plan(s, _utc(2026, 1, 2), lookahead=0)  # 1,440 missed
-    assert len(ticks) == schedules.CATCH_UP_MAX and ticks[-1] == _utc(2026, 1, 2) and ticks[0] > s.last_tick_at
+    assert len(ticks) == limits.SCHEDULE_CATCH_UP_MAX and ticks[-1] == _utc(2026, 1, 2) and ticks[0] > s.last_tick_at
 
 
 def test_a_new_schedule_runs_nothing_from_before_it_was_made():

@@ -137,3 +137,15 @@ def test_every_object_the_api_answers_with_has_a_model(spec):
 def test_every_error_code_of_the_api_has_its_exception(spec):
     codes = set(spec["components"]["schemas"]["CodeEnum"]["enum"])
     assert codes <= set(errors.BY_CODE), sorted(codes - set(errors.BY_CODE))
+
+
+def test_the_workers_batch_sizes_are_the_servers_bounds(spec):
+    # The worker claims and completes in batches as large as the server takes (todos/limits.py; the claim's is
+    # published in the schema): a smaller one costs round trips, a larger one is a 400.
+    from switchboard_client import worker
+
+    from todos import limits
+
+    assert worker.MAX_CLAIM == spec["components"]["schemas"]["ClaimNextInputRequest"]["properties"]["limit"]["maximum"]
+    assert worker.MAX_CLAIM == limits.MAX_CLAIM_BATCH
+    assert worker.MAX_BATCH == limits.MAX_COMPLETE_BATCH
