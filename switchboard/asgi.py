@@ -1,6 +1,7 @@
 """The ASGI entry point: Django's ASGI handler, plus any ASGI apps mounted by path (settings.ASGI_MOUNTS).
 
-Every request's body is bounded here, outside both, before anything reads it (switchboard/body_limit.py).
+Every request's body is bounded here, outside both, before anything reads it (switchboard/body_limit.py);
+a mounted app gets what Django's middleware gives Django's requests (switchboard/mounted.py).
 
 Mounts are named by dotted path in the settings, so the shell imports no app: an app that serves its
 own ASGI protocol (the MCP endpoint) registers it there. Lifespan events are answered here and passed
@@ -170,7 +171,7 @@ django_application = PooledASGIHandler()
 from django.conf import settings  # noqa: E402  (after the app registry is ready)
 from django.utils.module_loading import import_string  # noqa: E402
 
-from switchboard import body_limit  # noqa: E402  (it imports DRF, which needs the registry)
+from switchboard import body_limit, mounted  # noqa: E402  (they import DRF, which needs the registry)
 
 _mounts: list[tuple[str, Any]] = [
     (prefix.rstrip("/"), import_string(path)) for prefix, path in getattr(settings, "ASGI_MOUNTS", {}).items()
@@ -210,6 +211,6 @@ async def _route(scope: dict[str, Any], receive: Any, send: Any) -> None:
     path = scope.get("path", "")
     for prefix, app in _mounts:
         if path == prefix or path.startswith(prefix + "/"):
-            await app(scope, receive, send)
+            await mounted.serve(app, prefix.lstrip("/"), scope, receive, send)
             return
     await django_application(scope, receive, send)

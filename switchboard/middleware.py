@@ -78,8 +78,8 @@ class RequestObservabilityMiddleware:
 
 
 def record_request(method: str, route: str, status: int, elapsed: float, agent: str | None) -> None:
-    """The request's log line and metrics: Django's requests (above), and the bodies refused before any
-    app sees them (switchboard/body_limit.py)."""
+    """The request's log line and metrics: Django's requests (above), the ASGI apps mounted beside Django
+    and the bodies refused before either (switchboard/mounted.py, switchboard/body_limit.py)."""
     method = method if method in metrics.HTTP_METHODS else "OTHER"
     metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
     metrics.HTTP_LATENCY.labels(method=method, route=route).observe(elapsed)
