@@ -1,5 +1,8 @@
 """The ASGI entry point: Django's ASGI handler, plus any ASGI apps mounted by path (settings.ASGI_MOUNTS).
 
+Every request's body is bounded here, outside both, before anything reads it (switchboard/body_limit.py);
+a mounted app gets what Django's middleware gives Django's requests (switchboard/mounted.py).
+
 Mounts are named by dotted path in the settings, so the shell imports no app: an app that serves its
 own ASGI protocol (the MCP endpoint) registers it there. Lifespan events are answered here and passed
 to each mount, and each object named in settings.ASGI_LIFESPAN, that has ``startup``/``shutdown``
@@ -66,6 +69,12 @@ class PooledASGIHandler(ASGIHandler):
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
+        if request is not None and "CONTENT_LENGTH" not in request.META:
+            # A chunked body's length is known once it is spooled (switchboard/body_limit.py has bounded
+            # it): declared, it meets Django's own DATA_UPLOAD_MAX_MEMORY_SIZE check and runs_async's.
+            if size := body_file.seek(0, os.SEEK_END):
+                request.META["CONTENT_LENGTH"] = str(size)
+            body_file.seek(0)
         if request is None:
             assert error_response is not None
             body_file.close()
@@ -162,6 +171,8 @@ django_application = PooledASGIHandler()
 from django.conf import settings  # noqa: E402  (after the app registry is ready)
 from django.utils.module_loading import import_string  # noqa: E402
 
+from switchboard import body_limit, mounted  # noqa: E402  (they import DRF, which needs the registry)
+
 _mounts: list[tuple[str, Any]] = [
     (prefix.rstrip("/"), import_string(path)) for prefix, path in getattr(settings, "ASGI_MOUNTS", {}).items()
 ]
@@ -193,9 +204,13 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     loop = asyncio.get_running_loop()
     if not executor.serving(loop):  # no lifespan startup (a server run with --lifespan off)
         executor.serve(loop)
+    await body_limit.bounded(_route, scope, receive, send)
+
+
+async def _route(scope: dict[str, Any], receive: Any, send: Any) -> None:
     path = scope.get("path", "")
     for prefix, app in _mounts:
         if path == prefix or path.startswith(prefix + "/"):
-            await app(scope, receive, send)
+            await mounted.serve(app, prefix.lstrip("/"), scope, receive, send)
             return
     await django_application(scope, receive, send)

@@ -74,19 +74,25 @@ class RequestObservabilityMiddleware:
     def _observe(self, request: HttpRequest, status: int, elapsed: float) -> None:
         match = getattr(request, "resolver_match", None)
         route = match.route if match is not None and match.route else UNMATCHED_ROUTE
-        method = request.method if request.method in metrics.HTTP_METHODS else "OTHER"
-        metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
-        metrics.HTTP_LATENCY.labels(method=method, route=route).observe(elapsed)
-        log_event(
-            logger,
-            logging.DEBUG if route in QUIET_ROUTES else logging.INFO,
-            "request",
-            method=method,
-            route=route,
-            status=status,
-            duration_ms=round(elapsed * 1000, 1),
-            agent=_agent_name(request),
-        )
+        record_request(request.method or "", route, status, elapsed, _agent_name(request))
+
+
+def record_request(method: str, route: str, status: int, elapsed: float, agent: str | None) -> None:
+    """The request's log line and metrics: Django's requests (above), the ASGI apps mounted beside Django
+    and the bodies refused before either (switchboard/mounted.py, switchboard/body_limit.py)."""
+    method = method if method in metrics.HTTP_METHODS else "OTHER"
+    metrics.HTTP_REQUESTS.labels(method=method, route=route, status=str(status)).inc()
+    metrics.HTTP_LATENCY.labels(method=method, route=route).observe(elapsed)
+    log_event(
+        logger,
+        logging.DEBUG if route in QUIET_ROUTES else logging.INFO,
+        "request",
+        method=method,
+        route=route,
+        status=status,
+        duration_ms=round(elapsed * 1000, 1),
+        agent=agent,
+    )
 
 
 def _agent_name(request: Any) -> str | None:

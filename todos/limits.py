@@ -46,3 +46,11 @@ SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catc
 # --- The admin ---
 MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
 MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated
+
+# --- Request bodies and JSON nesting (issue 28: bounded bodies, deep nesting) -----------------------
+# How deep a JSON value taken from a caller (a payload, a result, a checkpoint, a wait's resolution data)
+# may nest. Real documents nest about 10 levels (GitHub's webhooks); Python's recursion limit is 1,000
+# frames, and every later encoding of the value (jsonb, the response, an MCP result) recurses once per
+# level from wherever it runs: a value accepted at depth 900 by the serializer failed, as a 500, in
+# psycopg's encoder a few frames further down. A tenth of the limit leaves every encoder room.
+MAX_JSON_DEPTH = 100

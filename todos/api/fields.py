@@ -18,7 +18,7 @@ from rest_framework import serializers
 
 from todos import tracing
 from todos.errors import PayloadTooLarge
-from todos.limits import MAX_CHECKPOINT_BYTES, MAX_DELAY_SECONDS
+from todos.limits import MAX_CHECKPOINT_BYTES, MAX_DELAY_SECONDS, MAX_JSON_DEPTH
 from todos.models import PRIORITY_MAX, PRIORITY_MIN
 
 MIN_LEASE_SECONDS = 1.0
@@ -31,16 +31,44 @@ def _max_lease() -> float:
 
 
 def _unstorable(value: Any) -> str | None:
-    """Why PostgreSQL's jsonb would refuse this JSON value (NUL in a string, a number out of range), or None."""
-    if isinstance(value, str):
-        return "JSON strings may not contain NUL (\\u0000) characters." if "\x00" in value else None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "JSON numbers must be finite."
-    if isinstance(value, dict):
-        return next((r for k, v in value.items() if (r := _unstorable(k) or _unstorable(v))), None)
-    if isinstance(value, list):
-        return next((r for v in value if (r := _unstorable(v))), None)
+    """Why PostgreSQL's jsonb would refuse this JSON value (NUL in a string, a number out of range), or None.
+    Iterative, as ingest/intake.py's walk is: the nesting depth is the sender's, so recursion would be a
+    500 (RecursionError) where a 400 belongs."""
+    stack = [value]
+    while stack:  # reversed pushes: the first problem in document order is the one named
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "JSON strings may not contain NUL (\\u0000) characters."
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "JSON numbers must be finite."
+        elif isinstance(item, dict):
+            for key, member in reversed(item.items()):
+                stack += (member, key)
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
     return None
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep. Iterative, as above."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth == limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def check_nesting(value: Any, text: str) -> None:
+    """A ValidationError when ``value`` (whose JSON text is ``text``) nests deeper than MAX_JSON_DEPTH. The
+    walk runs only when the text has that many brackets at all: the common case costs two C-speed counts."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _nested_deeper_than(value, MAX_JSON_DEPTH):
+        raise serializers.ValidationError(f"The JSON value is nested more than {MAX_JSON_DEPTH} levels deep.")
 
 
 _STORED_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)  # made once, not per call
@@ -59,6 +87,7 @@ def stored_json_bytes(value: Any) -> int:
     # (a NUL is written \u0000; so is a backslash followed by u0000, which the walk clears).
     if "\\u0000" in text and (reason := _unstorable(value)):
         raise serializers.ValidationError(reason)
+    check_nesting(value, text)
     try:
         return len(text.encode())
     except UnicodeEncodeError as exc:
@@ -192,11 +221,13 @@ class CheckpointField(serializers.JSONField):
             raise serializers.ValidationError("A checkpoint is a JSON object.")
         try:
             reason = _unstorable(value)
-            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            size = len(text.encode())
         except (RecursionError, UnicodeEncodeError) as exc:
             raise serializers.ValidationError("The checkpoint cannot be stored as JSON.") from exc
         if reason:
             raise serializers.ValidationError(reason)
+        check_nesting(value, text)
         if size > MAX_CHECKPOINT_BYTES:
             raise serializers.ValidationError(
                 f"The checkpoint is {size} bytes of JSON; the limit is {MAX_CHECKPOINT_BYTES}."

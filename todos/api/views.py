@@ -291,10 +291,17 @@ class TodoClaimNextApi(_WaitsOnTheLoop):
     @staticmethod
     def runs_async(request: HttpRequest) -> bool:
         """Under ASGI, only a claim that may wait takes waiting_view, on the event loop
-        (switchboard/asgi.py): the others take the sync path, one hop to the pool, which is cheaper."""
+        (switchboard/asgi.py): the others take the sync path, one hop to the pool, which is cheaper.
+
+        It runs before authentication, so it reads only a body of declared length, which request.body
+        refuses above DATA_UPLOAD_MAX_MEMORY_SIZE (switchboard/asgi.py declares a chunked body's length
+        once it has bounded and spooled it); the sync path answers the rest (413, 400) as usual, after
+        authenticating."""
+        if not request.META.get("CONTENT_LENGTH", "").isdigit():
+            return False
         try:
-            body = json.loads(request.body or b"{}")
-        except (ValueError, RequestDataTooBig):  # the sync path answers these as usual
+            body = json.loads(request.body)
+        except (ValueError, RecursionError, RequestDataTooBig):
             return False
         return request.method == "POST" and isinstance(body, dict) and bool(body.get("wait_seconds"))
 

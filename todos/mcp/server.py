@@ -19,7 +19,6 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
 from django.db import DatabaseError
-from django.http.request import split_domain_port, validate_host
 from django.utils.http import is_same_domain
 from mcp import types
 from mcp.server.context import ServerRequestContext
@@ -30,6 +29,7 @@ from starlette.responses import JSONResponse
 import switchboard
 from switchboard import dberrors
 from switchboard.api import error_body
+from switchboard.mounted import CALLER_SCOPE_KEY
 from todos import auth
 from todos.mcp import tasks, tools
 from todos.models import Agent, hash_token
@@ -85,21 +85,17 @@ def build_server() -> Server[Any]:
     return server
 
 
-def _allowed_hosts() -> list[str]:
-    # Django's own rule (HttpRequest.get_host): with DEBUG and no ALLOWED_HOSTS, localhost variants.
-    if settings.DEBUG and not settings.ALLOWED_HOSTS:
-        return [".localhost", "127.0.0.1", "[::1]"]
-    return list(settings.ALLOWED_HOSTS)
-
-
 def _origin_allowed(request: ASGIRequest, base: str) -> bool:
-    """A browser's Origin, when one is sent: this server itself, an origin CSRF_TRUSTED_ORIGINS trusts
-    (``https://*.example.com`` covering subdomains, as Django reads it), or a host in ALLOWED_HOSTS (the
-    MCP Inspector's page on localhost, say). A DNS-rebound page carries its own foreign origin."""
+    """A browser's Origin, when one is sent, read as Django's CSRF check reads it: this server's own origin
+    (scheme, host and port, as the request reached it) or one of CSRF_TRUSTED_ORIGINS
+    (``https://*.example.com`` covering subdomains). A host name alone is not an origin: another server on
+    the same host (a dev server on http://localhost:3000) or the other scheme is refused; the MCP
+    Inspector's page is let in by naming its origin in CSRF_TRUSTED_ORIGINS. A DNS-rebound page carries
+    its own foreign origin."""
     origin = request.META.get("HTTP_ORIGIN")
     if origin is None:  # not a browser: nothing can have been rebound
         return True
-    if origin == base or origin in settings.CSRF_TRUSTED_ORIGINS:
+    if origin.lower() == base.lower() or origin in settings.CSRF_TRUSTED_ORIGINS:
         return True
     try:
         parsed = urlsplit(origin)
@@ -112,8 +108,7 @@ def _origin_allowed(request: ASGIRequest, base: str) -> bool:
         if "*" in trusted and wildcard.scheme == parsed.scheme:
             if is_same_domain(parsed.netloc, wildcard.netloc.lstrip("*")):
                 return True
-    domain, _port = split_domain_port(parsed.netloc)
-    return bool(domain) and validate_host(domain, _allowed_hosts())
+    return False
 
 
 async def _checked_base_url(scope: Scope, receive: Receive, send: Send) -> str | None:
@@ -216,6 +211,7 @@ class McpEndpoint:
         if agent is None:
             await _unauthorized(scope, receive, send, base=base, invalid=True)
             return
+        scope[CALLER_SCOPE_KEY] = agent.name  # for the request's log line (switchboard/mounted.py)
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
 
 

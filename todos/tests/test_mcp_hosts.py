@@ -38,7 +38,7 @@ def _request(host: str, origin: str | None = None, **headers: str) -> ASGIReques
         ("null", False),
     ],
 )
-def test_an_origin_is_the_server_a_trusted_origin_or_an_allowed_host(origin, allowed):
+def test_an_origin_is_the_server_or_a_trusted_origin(origin, allowed):
     request = _request("mcp.example.com", origin)
     assert _origin_allowed(request, f"http://{request.get_host()}") is allowed
 

@@ -385,11 +385,13 @@ def test_the_protected_resource_document_refuses_a_forged_host_and_names_the_rea
         ("http://evil.example.com", 403),  # a DNS-rebound page: its own origin, our Host
         ("null", 403),
         ("https://127.0.0.1.evil.example.com", 403),
-        ("http://localhost:6274", 200),  # a page on a host this server answers to (the MCP Inspector)
+        # Another server on a host this one answers to (the MCP Inspector's page, a dev server): another
+        # origin, unless CSRF_TRUSTED_ORIGINS names it (test_security_mcp_transport.py).
+        ("http://localhost:6274", 403),
         (None, 200),  # not a browser
     ],
 )
-def test_a_browser_origin_must_be_this_server_or_an_allowed_host(mcp_base, agent, origin, status):
+def test_a_browser_origin_must_be_this_server_or_a_trusted_origin(mcp_base, agent, origin, status):
     headers = {"Origin": origin} if origin else {}
     response = rpc(mcp_base, agent.token, "tools/list", {}, "2025-11-25", headers)
     assert response.status_code == status, response.text
