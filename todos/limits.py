@@ -6,3 +6,9 @@ rest of the code never reaches into settings for a limit.
 """
 
 from __future__ import annotations
+
+# --- Scope patterns, queues per create scope, fair_weights (issue 28: H1, M4, L7) -------------------------
+# Wildcards (* and ?, runs of * counted once) in one scope or claim glob. Matching is linear whatever
+# the count (todos/globs.py); the bound keeps the SQL LIKE patterns and each match's work small, and real
+# scopes use one or two (github.*, jobs.*.high).
+MAX_SCOPE_WILDCARDS = 8

@@ -1,0 +1,140 @@
+"""Issue 28, scopes: a compromised agent's patterns are data, never code (H1); its glob create scope
+cannot mint unbounded queues (M4); fair_weights is bounded (L7). Each test attacks as such an agent would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import json
+from typing import Any
+
+import pytest
+import requests
+from django.core.exceptions import ValidationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.aio_http import Connection
+from todos.globs import collapse_stars, compile_glob, wildcards
+from todos.limits import MAX_SCOPE_WILDCARDS
+from todos.models import Agent, validate_scope
+from todos.tests.mcp_live import mcp_base
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
+
+CLAIM = "/api/v1/todos/claim/"
+# 199 stars and a letter the scope never holds: as a backtracking regex, about 10^14 steps against the
+# scope github.* (security-review H1). The old scope check never answered it.
+STARS = "*" * 199 + "x"
+ATTACK_SECONDS = 15  # the answer comes in milliseconds; before the fix it never came
+
+
+# --- the matcher ----------------------------------------------------------------------------------
+
+_GLOBS = st.text(alphabet="ab.*?", max_size=12)
+_NAMES = st.text(alphabet="ab.*?", max_size=14)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(pattern=_GLOBS, name=_NAMES)
+def test_the_matcher_agrees_with_fnmatch(pattern, name):
+    # fnmatch's * and ? are the scopes' (no [ ] is allowed in a scope), and it reads * and ? in the
+    # name as plain characters, as outside_claim_scopes reads a glob as a name.
+    assert compile_glob(pattern).matches(name) == fnmatch.fnmatchcase(name, pattern)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=_GLOBS)
+def test_collapsing_stars_keeps_the_meaning_and_counts_each_run_once(pattern):
+    collapsed = collapse_stars(pattern)
+    assert "**" not in collapsed
+    for name in ("", "a", "ab", "a.b", "ba.ab", "aaab"):
+        assert fnmatch.fnmatchcase(name, collapsed) == fnmatch.fnmatchcase(name, pattern)
+    assert wildcards(pattern) == collapsed.count("*") + collapsed.count("?")
+
+
+def test_hostile_globs_are_matched_in_linear_time():
+    # Each of these is exponential or far worse for a backtracking regex of .* groups.
+    scope = "github." + "a" * 190
+    for pattern in (STARS, "*a" * 99 + "x", "a*" * 8 + "b", "*?" * 99 + "x", "?" * 199 + "*"):
+        assert not compile_glob(pattern).matches(scope)
+    assert compile_glob("*a" * 99).matches("a" * 199)
+
+
+def test_a_scope_with_more_than_the_wildcard_limit_is_refused_naming_the_limit():
+    validate_scope("*." + "?." * (MAX_SCOPE_WILDCARDS - 1))
+    validate_scope("jobs." + "*" * 50)  # one run of stars is one wildcard
+    with pytest.raises(ValidationError, match=f"at most {MAX_SCOPE_WILDCARDS} wildcards"):
+        validate_scope("*." * (MAX_SCOPE_WILDCARDS + 1))
+
+
+def test_outside_claim_scopes_reads_globs_as_data():
+    agent = Agent(name="a", claim_scopes=["github.*", "jobs"])
+    assert agent.outside_claim_scopes([STARS, "github.pulls", "github.*", "*", "jobs", "jo?s", "mail"]) == [
+        STARS,
+        "mail",
+    ]
+
+
+# --- the claim over REST (the Procfile's server) and MCP ------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_199_star_claim_is_refused_at_once_and_the_process_keeps_serving(start_server, make_agent):
+    agent = make_agent("intruder", claim=["github.*"])
+    server = start_server(workers=2)
+
+    async def attack() -> None:
+        # More hostile claims than the server has processes, a long-poll among them, all in flight at once.
+        attackers = [await Connection(server.base, agent.token).open() for _ in range(4)]
+        health = await Connection(server.base).open()
+        try:
+            for n, attacker in enumerate(attackers):
+                await attacker.send("POST", CLAIM, {"queues": [STARS], **({"wait_seconds": 5} if n % 2 else {})})
+            status, _ = await asyncio.wait_for(health.request("GET", "/healthz"), ATTACK_SECONDS)
+            assert status == 200
+            for attacker in attackers:
+                status, body = await asyncio.wait_for(attacker.answer(), ATTACK_SECONDS)
+                assert status == 403, body
+                assert body["error"]["code"] == "forbidden" and body["error"]["queues"] == ["*x"]
+            # A glob with too many wildcards to collapse is a 400 naming the field.
+            status, body = await asyncio.wait_for(
+                attackers[0].request("POST", CLAIM, {"queues": ["*?" * 99 + "x"]}), ATTACK_SECONDS
+            )
+            assert status == 400 and "queues" in body["error"]["fields"], body
+        finally:
+            for connection in [*attackers, health]:
+                writer = connection.writer
+                connection.close()
+                if writer is not None:
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()
+
+    asyncio.run(attack())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_199_star_claim_over_mcp_is_refused_at_once(mcp_base, make_agent):
+    agent = make_agent("intruder", claim=["github.*"])
+
+    def call(args: dict[str, Any]) -> dict[str, Any]:
+        response = requests.post(
+            mcp_base + "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "claim", "arguments": args}},
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "Authorization": f"Bearer {agent.token}",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            timeout=ATTACK_SECONDS,
+        )
+        result = response.json()["result"]
+        assert result["isError"], result
+        return dict(json.loads(result["content"][0]["text"])["error"])
+
+    refused = call({"queues": [STARS]})
+    assert refused["code"] == "forbidden" and refused["queues"] == ["*x"]
+    too_wild = call({"queues": ["?" * (MAX_SCOPE_WILDCARDS + 1)]})
+    assert too_wild["code"] == "invalid" and "queues" in too_wild["fields"]
+    assert requests.get(mcp_base + "/healthz", timeout=ATTACK_SECONDS).status_code == 200
