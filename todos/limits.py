@@ -12,3 +12,6 @@ from __future__ import annotations
 # the count (todos/globs.py); the bound keeps the SQL LIKE patterns and each match's work small, and real
 # scopes use one or two (github.*, jobs.*.high).
 MAX_SCOPE_WILDCARDS = 8
+# Keys in one queue's fair_weights. Every fair claim reads the whole object (todos/sql/claim.py), and keys
+# beyond the tenants a queue really weighs are a producer's Sybil keys, not configuration.
+MAX_FAIR_WEIGHTS_KEYS = 1000

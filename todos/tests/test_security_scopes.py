@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from bench.aio_http import Connection
 from todos.globs import collapse_stars, compile_glob, wildcards
-from todos.limits import MAX_SCOPE_WILDCARDS
-from todos.models import Agent, validate_scope
+from todos.limits import MAX_FAIR_WEIGHTS_KEYS, MAX_SCOPE_WILDCARDS
+from todos.models import Agent, Queue, validate_scope
 from todos.tests.mcp_live import mcp_base
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
@@ -138,3 +138,42 @@ def test_a_199_star_claim_over_mcp_is_refused_at_once(mcp_base, make_agent):
     too_wild = call({"queues": ["?" * (MAX_SCOPE_WILDCARDS + 1)]})
     assert too_wild["code"] == "invalid" and "queues" in too_wild["fields"]
     assert requests.get(mcp_base + "/healthz", timeout=ATTACK_SECONDS).status_code == 200
+
+
+# --- fair_weights (L7) ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manager(make_agent, api_for):
+    # An agent that may manage its queues: fair_weights is one of its controls.
+    return api_for(make_agent("ops", claim=["jobs*"], create=["jobs*"], can_manage_queues=True))
+
+
+def _patch_queue(api, name, body):
+    return api.client.patch(f"/api/v1/queues/{name}/", data=json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {f"tenant-{n}": 2 for n in range(MAX_FAIR_WEIGHTS_KEYS + 1)},  # a Sybil key list every claim reads
+        {"acme\x00": 2},  # NUL: jsonb cannot store it (was a 500)
+        {"acme\ud800": 2},  # a lone surrogate: UTF-8 cannot encode it (was a 500)
+        {"acme": 1e300},
+    ],
+    ids=["too-many-keys", "nul", "surrogate", "huge"],
+)
+def test_fair_weights_over_the_bounds_are_400_naming_the_field_and_change_nothing(manager, weights):
+    manager.post("/todos/", {"queue": "jobs"})
+    response = _patch_queue(manager, "jobs", {"fair_weights": weights})
+    assert response.status_code == 400, response.content
+    assert "fair_weights" in response.json()["error"]["fields"]
+    assert Queue.objects.get(name="jobs").fair_weights == {}
+
+
+def test_fair_weights_at_the_key_limit_are_taken(manager):
+    manager.post("/todos/", {"queue": "jobs"})
+    weights = {f"tenant-{n}": 2 for n in range(MAX_FAIR_WEIGHTS_KEYS)}
+    response = _patch_queue(manager, "jobs", {"fair_weights": weights})
+    assert response.status_code == 200, response.content
+    assert len(Queue.objects.get(name="jobs").fair_weights) == MAX_FAIR_WEIGHTS_KEYS
