@@ -23,12 +23,15 @@ every public name: callers write ``sql.CLAIM_NEXT``.
 from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import (
+    ADMIT_NEW_QUEUES,
     BRIEF_COLUMNS,
     CREATE_MANY,
     CREATE_MANY_BRIEF,
+    LOCK_CREATE_SCOPES,
     RUNNABLE_BY_KEYS,
     RUNNABLE_BY_KEYS_BRIEF,
     SCHEDULED_NOTIFY_HORIZON_SECONDS,
+    UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
@@ -57,6 +60,7 @@ from todos.sql.waits import (
 )
 
 __all__ = [
+    "ADMIT_NEW_QUEUES",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -77,6 +81,7 @@ __all__ = [
     "HEARTBEAT",
     "LINK",
     "LINK_WAIT",
+    "LOCK_CREATE_SCOPES",
     "NOTIFY_CHANNEL",
     "PAUSE_QUEUE",
     "PER_MINUTE",
@@ -110,6 +115,7 @@ __all__ = [
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
+    "UNREGISTERED_QUEUES",
     "WAIT",
     "WAITPOINT_BY_HASH",
 ]

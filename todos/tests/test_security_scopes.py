@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import fnmatch
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from bench.aio_http import Connection
 from todos.globs import collapse_stars, compile_glob, wildcards
 from todos.limits import MAX_FAIR_WEIGHTS_KEYS, MAX_SCOPE_WILDCARDS
-from todos.models import Agent, Queue, validate_scope
+from todos.models import Agent, Queue, Todo, validate_scope
 from todos.tests.mcp_live import mcp_base
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
@@ -177,3 +178,106 @@ def test_fair_weights_at_the_key_limit_are_taken(manager):
     response = _patch_queue(manager, "jobs", {"fair_weights": weights})
     assert response.status_code == 200, response.content
     assert len(Queue.objects.get(name="jobs").fair_weights) == MAX_FAIR_WEIGHTS_KEYS
+
+
+# --- queues per create scope (M4) -----------------------------------------------------------------
+
+LIMIT = 3
+
+
+@pytest.fixture
+def few_queues(settings):
+    settings.MAX_QUEUES_PER_CREATE_SCOPE = LIMIT
+
+
+@pytest.fixture
+def minter(make_agent, api_for):
+    # A compromised producer: its glob create scope lets it name any queue under jobs.
+    return api_for(make_agent("minter", claim=["jobs.*"], create=["jobs.*", "jobs.exact"]))
+
+
+def _queues() -> set[str]:
+    return set(Queue.objects.values_list("name", flat=True))
+
+
+def test_a_glob_create_scope_adds_no_queue_past_its_limit_and_writes_nothing(few_queues, minter):
+    for n in range(LIMIT):
+        assert minter.post("/todos/", {"queue": f"jobs.{n}"}).status_code == 201
+    response = minter.post("/todos/", {"queue": "jobs.one-too-many"})
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["code"], error["limit"], error["scope"]) == ("queue_limit", LIMIT, "jobs.*")
+    assert "queue" in error["fields"]
+    assert _queues() == {f"jobs.{n}" for n in range(LIMIT)} and Todo.objects.count() == LIMIT
+    # Existing queues always work, and so does an exact-name scope.
+    assert minter.post("/todos/", {"queue": "jobs.0"}).status_code == 201
+    assert minter.post("/todos/", {"queue": "jobs.exact"}).status_code == 201
+
+
+def test_a_batch_that_would_pass_the_limit_is_refused_whole_naming_the_item(few_queues, minter):
+    minter.post("/todos/", {"queue": "jobs.0"})
+    items = [{"queue": "jobs.0"}, *({"queue": f"jobs.new-{n}"} for n in range(LIMIT))]
+    response = minter.post("/todos/batch/", {"todos": items})
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "queue_limit" and "todos.1.queue" in error["fields"], error
+    assert _queues() == {"jobs.0"} and Todo.objects.count() == 1
+    # Up to the limit, a batch adds its queues: jobs.0 and LIMIT - 1 new ones.
+    response = minter.post("/todos/batch/", {"todos": items[:LIMIT]})
+    assert response.status_code == 200, response.content
+    assert len(_queues()) == LIMIT
+
+
+@pytest.mark.django_db(transaction=True)  # the tool runs its statements on another thread's connection
+def test_create_for_over_mcp_is_limited_the_same(few_queues, make_agent):
+    from todos.mcp import tools
+
+    agent = make_agent("minter", claim=["jobs.*"], create=["jobs.*"])
+    for n in range(LIMIT):
+        assert not asyncio.run(tools.call("create_for", agent, {"queue": f"jobs.{n}"})).is_error
+    for arguments in ({"queue": "jobs.x"}, {"todos": [{"queue": "jobs.y"}]}):
+        result = asyncio.run(tools.call("create_for", agent, arguments))
+        assert result.is_error and json.loads(result.content[0].text)["error"]["code"] == "queue_limit"
+    assert len(_queues()) == LIMIT
+
+
+def test_staff_and_the_system_are_not_limited(few_queues, make_agent):
+    from todos import queue
+    from todos.auth import staff_agent
+
+    make_agent("minter", claim=["jobs.*"])
+    for n in range(LIMIT + 2):
+        queue.create(queue=f"jobs.route-{n}")  # a route or a schedule (no agent)
+    queue.create(queue="jobs.by-staff", agent=staff_agent("admin"))
+    assert len(_queues()) == LIMIT + 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_under_one_glob_stop_exactly_at_the_limit(few_queues, make_agent):
+    from django.db import connection
+
+    from todos import queue
+    from todos.errors import QueueLimitReached
+
+    agent = make_agent("minter", claim=["jobs.*"], create=["jobs.*"])
+    threads = 8
+    barrier = threading.Barrier(threads)
+    outcomes: list[str] = []
+
+    def mint(n: int) -> None:
+        try:
+            barrier.wait()
+            queue.create(queue=f"jobs.racer-{n}", agent=agent)
+            outcomes.append("created")
+        except QueueLimitReached:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=mint, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(outcomes) == ["created"] * LIMIT + ["refused"] * (threads - LIMIT)
+    assert len(_queues()) == LIMIT
