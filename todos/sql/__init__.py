@@ -48,7 +48,17 @@ from todos.sql.operators import (
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
-from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
+from todos.sql.retention import (
+    COUNT_PRUNABLE_QUEUES,
+    COUNT_PURGEABLE,
+    EVENT_PAGE,
+    LOCK_PRUNABLE_QUEUES,
+    PRUNE_QUEUES,
+    PURGE_CANCELLED,
+    PURGE_DEAD,
+    PURGE_DONE,
+    PURGE_EVENTS,
+)
 from todos.sql.waits import (
     LINK_WAIT,
     RESOLVE_EVENTS,
@@ -69,6 +79,7 @@ __all__ = [
     "CLAIM_ORDER",
     "COMPLETE",
     "COMPLETE_MANY",
+    "COUNT_PRUNABLE_QUEUES",
     "COUNT_PURGEABLE",
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
@@ -82,11 +93,13 @@ __all__ = [
     "LINK",
     "LINK_WAIT",
     "LOCK_CREATE_SCOPES",
+    "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",
     "PROMOTE_DUE_SCHEDULED",
+    "PRUNE_QUEUES",
     "PURGE_CANCELLED",
     "PURGE_DEAD",
     "PURGE_DONE",

@@ -8,6 +8,7 @@ import contextlib
 import fnmatch
 import json
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from bench.aio_http import Connection
 from todos.globs import collapse_stars, compile_glob, wildcards
 from todos.limits import MAX_FAIR_WEIGHTS_KEYS, MAX_SCOPE_WILDCARDS
-from todos.models import Agent, Queue, Todo, validate_scope
+from todos.models import Agent, Queue, Todo, TodoState, validate_scope
 from todos.tests.mcp_live import mcp_base
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
@@ -281,3 +282,83 @@ def test_concurrent_creates_under_one_glob_stop_exactly_at_the_limit(few_queues,
         worker.join()
     assert sorted(outcomes) == ["created"] * LIMIT + ["refused"] * (threads - LIMIT)
     assert len(_queues()) == LIMIT
+
+
+# --- retention prunes the queues a glob scope left behind (M4) -------------------------------------
+
+
+def _registered(name: str, days_old: float = 10, **controls: Any) -> None:
+    """A queue row as the registry trigger leaves it, ``days_old`` days ago, with these controls."""
+    from django.db.models.functions import Now
+
+    Queue.objects.update_or_create(name=name, defaults=controls)
+    Queue.objects.filter(name=name).update(created_at=Now() - timedelta(days=days_old))
+
+
+def test_purge_prunes_the_queues_left_with_no_work_and_no_controls(make_todo):
+    from todos import retention
+
+    for name in ("jobs.spent", "jobs.done-only", "jobs.cancelled-only"):
+        _registered(name)
+    make_todo("jobs.done-only", state=TodoState.DONE)
+    make_todo("jobs.cancelled-only", state=TodoState.CANCELLED)
+    from django.db.models.functions import Now
+
+    kept: dict[str, dict[str, Any]] = {
+        "jobs.pending": {},
+        "jobs.scheduled": {"delay_seconds": 3600},
+        "jobs.claimed": {"state": TodoState.CLAIMED},
+        "jobs.waiting": {"state": TodoState.WAITING, "waiting_for": {"manual": True}},
+        "jobs.retrying": {"state": TodoState.FAILED, "attempt": 1, "next_retry_at": Now() + timedelta(hours=1)},
+        "jobs.dead": {"state": TodoState.FAILED, "attempt": 5},
+    }
+    for name, shape in kept.items():
+        _registered(name)
+        make_todo(name, **shape)
+    _registered("jobs.paused", paused=True)
+    _registered("jobs.capped", max_claimed=2)
+    _registered("jobs.weighted", fair_weights={"acme": 2})
+    _registered("jobs.fair", fair=True)
+    _registered("jobs.fresh", days_old=1)  # registered within the done window
+
+    assert retention.purge(dry_run=True).queues == 3
+    assert retention.purge(batch=2).queues == 3
+    assert _queues() == {*kept, "jobs.paused", "jobs.capped", "jobs.weighted", "jobs.fair", "jobs.fresh"}
+    # The name is free to use again: a create registers it, and a claim by glob finds the todo.
+    todo = make_todo("jobs.spent")
+    claimer = Agent.objects.create(name="claimer", claim_scopes=["jobs.sp*"])
+    from todos import queue
+
+    assert [t.id for t in queue.claim_next(agent=claimer)] == [todo.id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_never_prunes_a_queue_a_create_is_writing_to(make_agent):
+    from django.db import connection, transaction
+
+    from todos import queue, retention
+
+    agent = make_agent("producer", claim=["jobs.*"], create=["jobs.*"])
+    _registered("jobs.spent")
+    inserted, committed = threading.Event(), threading.Event()
+    made: list[str] = []
+
+    def create_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                made.append(queue.create(queue="jobs.spent", agent=agent)[0].id)
+                inserted.set()  # the todo is written, not yet committed: a purge cannot see it
+                committed.wait(30)
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=create_and_hold)
+    writer.start()
+    assert inserted.wait(30)
+    try:
+        retention.purge()
+    finally:
+        committed.set()
+        writer.join()
+    assert "jobs.spent" in _queues()
+    assert [t.id for t in queue.claim_next(agent=agent, queues=["jobs.*"])] == made
