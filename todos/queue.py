@@ -397,9 +397,9 @@ def _admit_new_queues(new_queues: dict[str, list[str]], items: Sequence[Mapping[
     that each already cover max_queues_per_create_scope() queues, counting the create's other new queues
     under the same glob. Runs in the create's transaction: LOCK_CREATE_SCOPES serialises the creates that add
     queues under one glob, so under concurrency the limit holds exactly per glob. Two different globs that
-    overlap (jobs.* and jobs.a*, of two agents) take different locks: each may add one queue the other's
-    count has not seen yet, an overshoot of at most one queue per concurrent create and glob, never a
-    growth without bound (each glob's own count still stops at the limit)."""
+    overlap (jobs.* and jobs.a*, of two agents) take different locks, so jobs.* may overshoot by what
+    concurrent creates under jobs.a* add meanwhile: bounded by jobs.a*'s own limit, never a growth without
+    bound. Staff and the system take no lock; they are not the attacker this limit is for."""
     cap = max_queues_per_create_scope()
     globs = sorted({g for names in new_queues.values() for g in names})
     fetchall(sql.LOCK_CREATE_SCOPES, {"globs": globs})
