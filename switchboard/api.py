@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 # place that turns a code into a status.
 STATUS_BY_CODE = {
     "invalid": 400,
+    "queue_limit": 400,
     "unauthorized": 401,
     "forbidden": 403,
     "not_found": 404,

@@ -233,6 +233,9 @@ REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 # claimable exactly at the tick. Keep it above REAPER_INTERVAL_SECONDS; an edited cron takes effect for
 # the ticks beyond it.
 SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.0)
+# An agent creates a todo in a queue that does not exist yet only while one of its glob create scopes that
+# names it (jobs.*) covers fewer than this many queues; otherwise 400 queue_limit (todos/limits.py says why).
+MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=1000)
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +18,12 @@ from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
-from todos.limits import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
+from todos.limits import MAX_FAIR_KEY_CHARS, MAX_FAIR_WEIGHTS_KEYS, MAX_QUEUE_LIMIT
 from todos.models import Agent, visible_patterns
 from todos.rows import fetchall
+
+# NUL and lone surrogates: jsonb refuses the one, UTF-8 cannot encode the other (a 500 either way).
+_UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
 class _Unset:
@@ -96,16 +100,23 @@ def _check_count(field: str, value: Any, minimum: int) -> None:
 
 
 def _check_weights(weights: Any) -> None:
-    """fair_weights: an object from key (the todos' fair_key, at most MAX_FAIR_KEY_CHARS characters) to a
+    """fair_weights: an object of at most MAX_FAIR_WEIGHTS_KEYS keys (the todos' fair_keys: at most
+    MAX_FAIR_KEY_CHARS characters, no NUL nor lone surrogate, which jsonb and UTF-8 cannot store) to a
     weight above 0 and at most MAX_QUEUE_LIMIT."""
     if weights is UNSET or weights is None:  # None: every key weighs 1 again
         return
     if not isinstance(weights, dict):
         raise InvalidTransitionInput("fair_weights must be an object from key to weight.", field="fair_weights")
+    if len(weights) > MAX_FAIR_WEIGHTS_KEYS:
+        raise InvalidTransitionInput(
+            f"fair_weights holds at most {MAX_FAIR_WEIGHTS_KEYS} keys (others weigh 1).",
+            field="fair_weights",
+            limit=MAX_FAIR_WEIGHTS_KEYS,
+        )
     for key, weight in weights.items():
-        if not isinstance(key, str) or len(key) > MAX_FAIR_KEY_CHARS:
+        if not isinstance(key, str) or len(key) > MAX_FAIR_KEY_CHARS or _UNSTORABLE_CHAR.search(key):
             raise InvalidTransitionInput(
-                f"fair_weights' keys are fair_keys: text of at most {MAX_FAIR_KEY_CHARS} characters.",
+                f"fair_weights' keys are fair_keys: text of at most {MAX_FAIR_KEY_CHARS} characters, without NUL.",
                 field="fair_weights",
             )
         if (

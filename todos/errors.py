@@ -58,3 +58,10 @@ class PayloadTooLarge(QueueError):
     """A JSON value (a todo's payload, a completion's result) is over MAX_PAYLOAD_BYTES."""
 
     code = "too_large"
+
+
+class QueueLimitReached(InvalidTransitionInput):
+    """An agent's create would add a queue under a glob create scope that already covers its limit of
+    queues (todos/limits.py, max_queues_per_create_scope). ``limit`` and ``scope`` say which."""
+
+    code = "queue_limit"

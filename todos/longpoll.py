@@ -27,8 +27,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import fnmatch
-import re
 import signal
 import threading
 import time
@@ -41,6 +39,7 @@ from django.conf import settings
 from switchboard import executor
 from todos import queue, selectors
 from todos.errors import QueueError
+from todos.globs import Glob, compile_glob
 from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, Todo
 
@@ -76,10 +75,9 @@ class Notice:
 Wake = Notice | Key
 
 
-def _globs_regex(globs: Sequence[str]) -> re.Pattern[str]:
-    # Scopes and queue names use no [ ] (todos.models' validators), so fnmatch's * and ? are the
-    # scopes' own glob meaning.
-    return re.compile("|".join(fnmatch.translate(g) for g in globs))
+def _globs(globs: Sequence[str]) -> tuple[Glob, ...]:
+    # The scopes' own matcher (todos/globs.py): a caller's glob is data, never a regex.
+    return tuple(compile_glob(g) for g in globs)
 
 
 def due_key(agent: Agent, queues: Sequence[str] | None) -> Key:
@@ -97,8 +95,8 @@ class Waiter:
         self.loop = asyncio.get_running_loop()
         self.key = key
         self.event = asyncio.Event()
-        self.scopes = _globs_regex(scopes) if scopes else None
-        self.wanted = _globs_regex(wanted) if wanted else None
+        self.scopes = _globs(scopes) if scopes else None
+        self.wanted = _globs(wanted) if wanted else None
         # True from a wake until its claim has run: a second notification then goes to the next waiter.
         self.awake = True
         self.wakes: list[Wake] = []
@@ -108,9 +106,9 @@ class Waiter:
         return self.key[0]
 
     def matches(self, queue_name: str) -> bool:
-        if self.scopes is None or not self.scopes.match(queue_name):
+        if self.scopes is None or not any(g.matches(queue_name) for g in self.scopes):
             return False
-        return self.wanted is None or self.wanted.match(queue_name) is not None
+        return self.wanted is None or any(g.matches(queue_name) for g in self.wanted)
 
 
 class Waiters:

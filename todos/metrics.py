@@ -55,7 +55,9 @@ REAPER_SWEEP_SECONDS = Histogram(
 )
 
 PURGED = Counter(
-    "switchboard_purged", "Rows deleted by retention (purge), by kind (done | dead | cancelled | event).", ["kind"]
+    "switchboard_purged",
+    "Rows deleted by retention (purge), by kind (done | dead | cancelled | event | queue).",
+    ["kind"],
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

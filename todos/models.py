@@ -27,7 +27,8 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Left, Now, Upper
 
 from todos import states
-from todos.limits import MAX_FAIR_KEY_CHARS
+from todos.globs import compile_glob, matches_any, wildcards
+from todos.limits import MAX_FAIR_KEY_CHARS, MAX_SCOPE_WILDCARDS
 from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
@@ -48,6 +49,8 @@ def validate_queue_name(value: str) -> None:
 def validate_scope(value: str) -> None:
     if not SCOPE_RE.match(value or ""):
         raise ValidationError("A scope is a queue name or a glob using * and ?, e.g. github.*")
+    if wildcards(value) > MAX_SCOPE_WILDCARDS:
+        raise ValidationError(f"A scope holds at most {MAX_SCOPE_WILDCARDS} wildcards (* or ?).")
 
 
 def glob_to_like(pattern: str) -> str:
@@ -485,19 +488,25 @@ class Agent(models.Model):
         return sorted({*self.claim_like_patterns(), *self.create_like_patterns()})
 
     def may_create_in(self, queue: str) -> bool:
-        return _glob_matches(self.create_scopes, queue)
+        return matches_any(self.create_scopes, queue)
 
     def may_claim_from(self, queue: str) -> bool:
-        return _glob_matches(self.claim_scopes, queue)
+        return matches_any(self.claim_scopes, queue)
 
     def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
         """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
         claim for them could never return anything. (Two globs that only partly overlap, such as
-        ``gi*`` and ``*hub``, count as outside.)"""
+        ``gi*`` and ``*hub``, count as outside.)
+
+        "Covers" reads the other glob as a name (its ``*`` and ``?`` as plain characters), so each test is
+        one linear match (todos/globs.py), never a containment of one glob's language in another's. That is
+        enough here: this is only an early 403 for a claim that could find nothing, and the claim statement
+        itself takes a queue only when both the scopes and ``wanted`` match it (todos/sql/claim.py,
+        _CALLERS), so no reading of "covers" can widen a claim."""
         return [
             w
             for w in wanted
-            if not _glob_matches(self.claim_scopes, w) and not any(_glob_matches([w], s) for s in self.claim_scopes)
+            if not matches_any(self.claim_scopes, w) and not any(compile_glob(w).matches(s) for s in self.claim_scopes)
         ]
 
 
@@ -508,15 +517,6 @@ def visible_patterns(agent: Agent | None) -> list[str]:
     """The one scope rule of reads and operator doors: the LIKE patterns of the queues ``agent`` may see
     (its claim and create scopes together). None is the system or an operator: every queue."""
     return agent.visible_like_patterns() if agent is not None else ALL_QUEUES
-
-
-def _glob_matches(scopes: Iterable[str], queue: str) -> bool:
-    # Same meaning as glob_to_like: * any run, ? one character, nothing else special.
-    for scope in scopes:
-        regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in scope)
-        if re.fullmatch(regex, queue):
-            return True
-    return False
 
 
 class CatchUp(models.TextChoices):

@@ -1,6 +1,6 @@
 """Retention per state: delete done todos after a short window, dead-letters after a long one, cancelled
-todos after their own window (the done one unless set), and events once none of their todos remain
-(SPEC, `manage.py purge`).
+todos after their own window (the done one unless set), events once none of their todos remain
+(SPEC, `manage.py purge`), and queues left with no work and no controls (issue 28, M4).
 
 Deleting finished rows is not a state transition, so it lives here rather than in todos/queue/; its
 statements are in todos/sql/ with the others on the todos table. Every batch is one short statement in
@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from todos import sql
 from todos.metrics import PURGED
@@ -57,12 +57,13 @@ class PurgeResult:
     dead: int = 0
     events: int = 0
     cancelled: int = 0
+    queues: int = 0
     dry_run: bool = False
     stopped: bool = False
 
     @property
     def total(self) -> int:
-        return self.done + self.dead + self.events + self.cancelled
+        return self.done + self.dead + self.events + self.cancelled + self.queues
 
 
 def purge(
@@ -76,7 +77,8 @@ def purge(
 ) -> PurgeResult:
     """Delete (or, with ``dry_run``, count) done todos older than ``done_days``, dead-letters older than
     ``dead_days``, cancelled todos older than ``cancelled_days``, then events older than ``done_days`` with no
-    todo left. Defaults come from settings."""
+    todo left, then queues registered before the done window that hold no work and were never configured
+    (todos/sql/retention.py, LOCK_PRUNABLE_QUEUES). Defaults come from settings."""
     done_age = (settings.RETENTION_DONE_DAYS if done_days is None else done_days) * DAY
     dead_age = (settings.RETENTION_DEAD_DAYS if dead_days is None else dead_days) * DAY
     cancelled_age = (settings.RETENTION_CANCELLED_DAYS if cancelled_days is None else cancelled_days) * DAY
@@ -88,14 +90,17 @@ def purge(
         with connection.cursor() as cursor:
             cursor.execute(sql.COUNT_PURGEABLE, params)
             done, dead, events, cancelled = cursor.fetchone()
-        return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, dry_run=True)
+            cursor.execute(sql.COUNT_PRUNABLE_QUEUES, params)
+            (queues,) = cursor.fetchone()
+        return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, queues=queues, dry_run=True)
 
     stop = should_stop or (lambda: False)
     done = _delete_in_batches(sql.PURGE_DONE, params, "done", stop)
     dead = _delete_in_batches(sql.PURGE_DEAD, params, "dead", stop) if not stop() else 0
     cancelled = _delete_in_batches(sql.PURGE_CANCELLED, params, "cancelled", stop) if not stop() else 0
     events = _purge_events(params, stop) if not stop() else 0
-    return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, stopped=stop())
+    queues = _prune_queues(params, stop) if not stop() else 0
+    return PurgeResult(done=done, dead=dead, events=events, cancelled=cancelled, queues=queues, stopped=stop())
 
 
 def _delete_in_batches(statement: str, params: dict[str, Any], kind: str, stop: Callable[[], bool]) -> int:
@@ -126,6 +131,27 @@ def _purge_events(params: dict[str, Any], stop: Callable[[], bool]) -> int:
         PURGED.labels(kind="event").inc(n)
         after = (page[-1][1], page[-1][0])
         if len(page) < params["batch"]:
+            break
+    return deleted
+
+
+def _prune_queues(params: dict[str, Any], stop: Callable[[], bool]) -> int:
+    """A page of queues at a time, each page one short transaction: lock the prunable rows (SKIP LOCKED),
+    then delete those still without work, under the locks (todos/sql/retention.py says why two statements)."""
+    deleted = 0
+    after = ""
+    while not stop():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql.LOCK_PRUNABLE_QUEUES, {**params, "after": after})
+            names = [name for (name,) in cursor.fetchall()]
+            if not names:
+                break
+            cursor.execute(sql.PRUNE_QUEUES, {"names": names})
+            (n,) = cursor.fetchone()
+        deleted += n
+        PURGED.labels(kind="queue").inc(n)
+        after = names[-1]
+        if len(names) < params["batch"]:
             break
     return deleted
 

@@ -18,8 +18,9 @@ from rest_framework import serializers
 
 from todos import tracing
 from todos.errors import PayloadTooLarge
+from todos.globs import collapse_stars
 from todos.limits import MAX_CHECKPOINT_BYTES, MAX_DELAY_SECONDS, MAX_JSON_DEPTH
-from todos.models import PRIORITY_MAX, PRIORITY_MIN
+from todos.models import PRIORITY_MAX, PRIORITY_MIN, validate_scope
 
 MIN_LEASE_SECONDS = 1.0
 LEASE_ID_MAX = 40
@@ -242,3 +243,18 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             raise serializers.ValidationError("Must be true or false.")
         return data
+
+
+class ScopeGlobField(serializers.CharField):
+    """A queue name or a glob of ``*`` and ``?`` (a claim's ``queues`` item), its runs of ``*`` collapsed
+    (``a***`` is ``a*``) and at most MAX_SCOPE_WILDCARDS wildcards: matched as data (todos/globs.py), but
+    bounded so that no caller's pattern costs the server more than a scope does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=200, validators=[validate_scope], **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if len(value) > 200:  # as given, before collapsing: max_length checks only the collapsed value
+            self.fail("max_length", max_length=200)
+        return collapse_stars(value)

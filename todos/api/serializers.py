@@ -20,6 +20,7 @@ from todos.api.fields import (
     LeaseSecondsField,
     PriorityField,
     RFC3339Field,
+    ScopeGlobField,
     StrictBooleanField,
     TraceparentField,
     _iso,
@@ -47,13 +48,11 @@ from todos.limits import (
 )
 from todos.models import (
     QUEUE_NAME_RE,
-    SCOPE_RE,
     OnDependencyFailure,
     Schedule,
     Todo,
     TodoState,
     validate_queue_name,
-    validate_scope,
 )
 from todos.queue import TodoRef
 from todos.selectors import dependencies_of
@@ -553,7 +552,7 @@ class TodoListFilter(serializers.Serializer[Any]):
 
 class ClaimNextInput(StrictInput):
     queues = serializers.ListField(
-        child=serializers.RegexField(SCOPE_RE.pattern, max_length=200, validators=[validate_scope]),
+        child=ScopeGlobField(),
         required=False,
         max_length=50,
         help_text="Queue names or globs narrowing the agent's claim scopes (never widening them).",

@@ -23,12 +23,15 @@ every public name: callers write ``sql.CLAIM_NEXT``.
 from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import (
+    ADMIT_NEW_QUEUES,
     BRIEF_COLUMNS,
     CREATE_MANY,
     CREATE_MANY_BRIEF,
+    LOCK_CREATE_SCOPES,
     RUNNABLE_BY_KEYS,
     RUNNABLE_BY_KEYS_BRIEF,
     SCHEDULED_NOTIFY_HORIZON_SECONDS,
+    UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
@@ -45,7 +48,17 @@ from todos.sql.operators import (
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
-from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
+from todos.sql.retention import (
+    COUNT_PRUNABLE_QUEUES,
+    COUNT_PURGEABLE,
+    EVENT_PAGE,
+    LOCK_PRUNABLE_QUEUES,
+    PRUNE_QUEUES,
+    PURGE_CANCELLED,
+    PURGE_DEAD,
+    PURGE_DONE,
+    PURGE_EVENTS,
+)
 from todos.sql.waits import (
     LINK_WAIT,
     RESOLVE_EVENTS,
@@ -57,6 +70,7 @@ from todos.sql.waits import (
 )
 
 __all__ = [
+    "ADMIT_NEW_QUEUES",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -65,6 +79,7 @@ __all__ = [
     "CLAIM_ORDER",
     "COMPLETE",
     "COMPLETE_MANY",
+    "COUNT_PRUNABLE_QUEUES",
     "COUNT_PURGEABLE",
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
@@ -77,11 +92,14 @@ __all__ = [
     "HEARTBEAT",
     "LINK",
     "LINK_WAIT",
+    "LOCK_CREATE_SCOPES",
+    "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",
     "PROMOTE_DUE_SCHEDULED",
+    "PRUNE_QUEUES",
     "PURGE_CANCELLED",
     "PURGE_DEAD",
     "PURGE_DONE",
@@ -110,6 +128,7 @@ __all__ = [
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
+    "UNREGISTERED_QUEUES",
     "WAIT",
     "WAITPOINT_BY_HASH",
 ]

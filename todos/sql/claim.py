@@ -35,7 +35,8 @@ _CLAIM_SET = f"""
 #  * Plain queues (no limit, not keyed) are read as in wave 1: no lock, no count, no write. ``limited`` is
 #    then empty, and every branch below that only a controlled queue needs hangs off it: PostgreSQL runs
 #    none of them (issue 19: a plain queue's claim back at wave 1's cost).
-#  * A limited queue's row is locked FOR UPDATE, and a concurrent claimer of it WAITS (no SKIP LOCKED):
+#  * A limited queue's row is locked FOR NO KEY UPDATE (the claim changes no key: a create's FOR KEY SHARE of
+#    the row, migration 0023, never waits for it), and a concurrent claimer of it WAITS (no SKIP LOCKED):
 #    skipping would hand it an empty list while the holder may leave slots or tokens over, and a
 #    long-poll refused that way would sleep with work claimable. The wait is one claim statement long;
 #    claimers of a limited queue take turns, which is what a limit means. Rows are locked in name order,
@@ -76,7 +77,7 @@ limited AS MATERIALIZED (
       AND NOT {_KEYED}  -- and fair share set meanwhile: its caps are CLAIM_NEXT_FAIR's to keep
       AND {_NO_KEYED}
     ORDER BY q.name
-    FOR UPDATE OF q
+    FOR NO KEY UPDATE OF q
 ),
 quotas AS MATERIALIZED (
     SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited AND {_NO_KEYED}
@@ -102,7 +103,7 @@ limited AS MATERIALIZED (
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
     ORDER BY q.name
-    FOR UPDATE OF q
+    FOR NO KEY UPDATE OF q
 ),
 quotas AS MATERIALIZED (
     SELECT name, %(limit)s::integer AS quota, keyed FROM queues WHERE NOT limited

@@ -88,3 +88,32 @@ WHERE (queue, idempotency_key) IN (SELECT * FROM unnest(%(queues)s::text[], %(ke
 """
 RUNNABLE_BY_KEYS = _RUNNABLE_BY_KEYS.format(_TODO_COLUMNS)
 RUNNABLE_BY_KEYS_BRIEF = _RUNNABLE_BY_KEYS.format(BRIEF_COLUMNS)
+
+# The queues a create names that are not registered yet (todos_queue's primary key, one probe each; no lock):
+# only an agent's create into a new queue under a glob scope goes on to ADMIT_NEW_QUEUES.
+UNREGISTERED_QUEUES = """
+SELECT n.name FROM unnest(%(names)s::text[]) AS n(name)
+WHERE NOT EXISTS (SELECT FROM todos_queue q WHERE q.name = n.name)
+"""
+
+# Before an agent's create adds queues under its glob create scopes (todos/queue.py _admit_new_queues): in
+# the create's transaction, one transaction-level advisory lock per glob, in the globs' order (so two
+# creates never wait for each other crosswise), held until the create commits. Two creates adding queues
+# under the same glob therefore take turns, and the second one's next statement counts the first one's
+# queues: the count and the insert are not a read-then-write race.
+LOCK_CREATE_SCOPES = """
+SELECT count(pg_advisory_xact_lock(hashtextextended('todos_queue_scope ' || g.glob, 0)))
+FROM (SELECT glob FROM unnest(%(globs)s::text[]) AS s(glob) ORDER BY glob COLLATE "C") g
+"""
+
+# Then, with the locks held (a new statement, so a fresh snapshot): the names still unregistered, and per
+# glob how many registered queues it covers, counted up to %(cap)s + 1 (todos_queue stays small: this
+# limit bounds it), so the count stops early on a full scope.
+ADMIT_NEW_QUEUES = """
+SELECT
+    ARRAY(SELECT n.name FROM unnest(%(names)s::text[]) AS n(name)
+          WHERE NOT EXISTS (SELECT FROM todos_queue q WHERE q.name = n.name)),
+    ARRAY(SELECT (SELECT count(*) FROM (SELECT FROM todos_queue q WHERE q.name LIKE s.pattern
+                                       LIMIT %(cap)s + 1) c)
+          FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS s(pattern, n) ORDER BY s.n)
+"""

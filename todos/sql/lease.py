@@ -20,7 +20,7 @@ _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
     SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
-    FOR UPDATE OF q
+    FOR NO KEY UPDATE OF q
 ),
 -- max_claimed_per_key too (issue 22): the key is locked as a claim by id locks it (todos_fair_lock_key).
 may_revive AS MATERIALIZED (

@@ -69,3 +69,47 @@ SELECT
                          AND NOT ({_CANCELLED_PURGEABLE}))),
     (SELECT count(*) FROM todos_todo t WHERE {_CANCELLED_PURGEABLE})
 """
+
+# Queues (issue 28, M4): a queue row left with no todo that could still run (pending, scheduled, claimed,
+# waiting, retry-waiting) nor a dead-letter an operator may retry, whose controls were never set (or were
+# set back to the defaults), registered longer ago than the done window, is deleted: a glob create scope's
+# spent names stop costing claims, GET /queues/, the dashboard and /metrics. A later create registers the
+# name again. Done and cancelled todos (terminal) do not keep a queue; they keep their queue name.
+# One NOT EXISTS per state, each a probe of that state's partial index with queue first.
+_QUEUE_HAS_WORK = " OR ".join(
+    f"EXISTS (SELECT FROM todos_todo t WHERE t.queue = q.name AND {condition.sql('t')})"
+    for condition in (S.PENDING, S.SCHEDULED, S.CLAIMED, S.WAITING, S.RETRY_WAITING, S.DEAD_LETTER)
+)
+_QUEUE_UNCONTROLLED = """NOT q.paused AND q.max_claimed IS NULL AND q.rate_per_second IS NULL
+    AND q.rate_burst IS NULL AND NOT q.fair AND q.fair_weights = '{}'::jsonb AND q.max_claimed_per_key IS NULL"""
+
+# A page of prunable queues in name order after %(after)s, locked FOR UPDATE SKIP LOCKED: a create into one
+# of them holds its row FOR KEY SHARE until it commits (the registry triggers, migration 0023), so a queue
+# being written to is passed over. Run in a transaction with PRUNE_QUEUES, which keeps the locks.
+LOCK_PRUNABLE_QUEUES = f"""
+SELECT q.name FROM todos_queue q
+WHERE q.name > %(after)s AND q.created_at < now() - make_interval(secs => %(done_age)s)
+  AND {_QUEUE_UNCONTROLLED} AND NOT ({_QUEUE_HAS_WORK})
+ORDER BY q.name
+LIMIT %(batch)s
+FOR UPDATE OF q SKIP LOCKED
+"""
+
+# Then, under those locks, in a statement of its own (a fresh snapshot: it sees every create that committed
+# before the lock was taken), the queues still without work are deleted, with any fair-key rows a queue kept
+# from when it was fair. A create that comes after the lock waits for this transaction, finds its queue's row
+# gone, and registers it again.
+PRUNE_QUEUES = f"""
+WITH pruned AS (
+    DELETE FROM todos_queue q WHERE q.name = ANY(%(names)s::text[]) AND NOT ({_QUEUE_HAS_WORK})
+    RETURNING q.name
+), keys AS (
+    DELETE FROM todos_fairkey k USING pruned WHERE k.queue = pruned.name
+)
+SELECT count(*) FROM pruned
+"""
+
+COUNT_PRUNABLE_QUEUES = f"""
+SELECT count(*) FROM todos_queue q
+WHERE q.created_at < now() - make_interval(secs => %(done_age)s) AND {_QUEUE_UNCONTROLLED} AND NOT ({_QUEUE_HAS_WORK})
+"""

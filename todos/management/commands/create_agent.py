@@ -8,11 +8,12 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from todos.globs import collapse_stars
 from todos.models import Agent, validate_scope
 
 
 def _scopes(value: str) -> list[str]:
-    return [s.strip() for s in value.split(",") if s.strip()]
+    return [collapse_stars(s.strip()) for s in value.split(",") if s.strip()]
 
 
 class Command(BaseCommand):

@@ -15,7 +15,8 @@ class Command(BaseCommand):
     help = (
         "Delete done todos older than RETENTION_DONE_DAYS, dead-letters older than RETENTION_DEAD_DAYS, "
         "cancelled todos older than RETENTION_CANCELLED_DAYS, and "
-        "events older than the done window with no todo left, in small batches."
+        "events older than the done window with no todo left, and queues with no work and no controls, "
+        "in small batches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,3 +47,4 @@ class Command(BaseCommand):
         self.stdout.write(f"dead-letters older than {dead_days:g} days: {verb} {result.dead}")
         self.stdout.write(f"cancelled todos older than {cancelled_days:g} days: {verb} {result.cancelled}")
         self.stdout.write(f"events older than {done_days:g} days with no todo left: {verb} {result.events}")
+        self.stdout.write(f"queues with no work and no controls: {verb} {result.queues}")

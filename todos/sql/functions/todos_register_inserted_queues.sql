@@ -5,6 +5,9 @@ CREATE OR REPLACE FUNCTION todos_register_inserted_queues()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+    -- Hold the known queues' rows against retention's prune until this transaction ends (migration 0023).
+    PERFORM 1 FROM todos_queue q WHERE q.name IN (SELECT n.queue FROM inserted_todos n)
+    ORDER BY q.name COLLATE "C" FOR KEY SHARE OF q;
     INSERT INTO todos_queue (name, created_at)
     SELECT DISTINCT n.queue, now() FROM inserted_todos n
     WHERE NOT EXISTS (SELECT 1 FROM todos_queue q WHERE q.name = n.queue)

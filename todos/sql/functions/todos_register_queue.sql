@@ -7,7 +7,8 @@ AS $function$
 DECLARE
     keyed boolean;
 BEGIN
-    SELECT fair OR max_claimed_per_key IS NOT NULL INTO keyed FROM todos_queue WHERE name = NEW.queue;
+    -- Held against retention's prune until this transaction ends (migration 0023).
+    SELECT fair OR max_claimed_per_key IS NOT NULL INTO keyed FROM todos_queue WHERE name = NEW.queue FOR KEY SHARE;
     IF NOT FOUND THEN
         INSERT INTO todos_queue (name, created_at) VALUES (NEW.queue, now()) ON CONFLICT (name) DO NOTHING;
     ELSIF keyed AND NEW.state = 'pending' THEN
