@@ -15,18 +15,15 @@ with, without.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings_test")
-os.environ.setdefault("EMBEDDED_PG_DATABASE", "switchboard_bench_admin")
+# Importing admin_changelist sets Django up on its scratch database (bench/harness.py's scratch_django).
+from bench.admin import admin_changelist
 
-import django
-
-django.setup()
+seed, timed = admin_changelist.seed, admin_changelist.timed
 
 from django.contrib.auth.models import User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -34,7 +31,6 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
-from bench.admin.admin_changelist import seed, timed  # noqa: E402
 from todos import queue  # noqa: E402
 from todos.models import Agent  # noqa: E402
 
