@@ -4,12 +4,15 @@
 .venv/bin/python bench/ops/metrics_overhead.py mp    # multiprocess mode, as under gunicorn
 """
 
+import argparse
 import os
 import sys
 import tempfile
 import time
 
-mp = sys.argv[1] == "mp"
+parser = argparse.ArgumentParser(description="What one counter increment and one request's metrics cost.")
+parser.add_argument("mode", choices=["sp", "mp"], help="sp: single-process; mp: multiprocess, as under gunicorn")
+mp = parser.parse_args().mode == "mp"
 if mp:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
