@@ -75,25 +75,25 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# On demand: modes of bench/compare.py (BENCH_ARGS=--quick for a short look). bench: queue.py against
+# On demand: modes of bench/compare/compare.py (BENCH_ARGS=--quick for a short look). bench: queue.py against
 # the same SQL on psycopg and pgbench at 1/2/4/8 clients; bench-http: over HTTP beside in-process.
 BENCH_ARGS ?=
 bench: $(VENV)/.installed
-	$(BIN)/python bench/compare.py --mode queue $(BENCH_ARGS)
+	$(BIN)/python bench/compare/compare.py --mode queue $(BENCH_ARGS)
 
 bench-http: $(VENV)/.installed
-	$(BIN)/python bench/compare.py --mode http $(BENCH_ARGS)
+	$(BIN)/python bench/compare/compare.py --mode http $(BENCH_ARGS)
 
 # On demand, never in CI. bench-compare: Switchboard against raw SQL, Procrastinate and django-tasks
 # (about 13 minutes; BENCH_COMPARE_ARGS=--quick checks the harness in 2). It rewrites the
 # "Against the alternatives" section of docs/benchmarks.md and docs/img/throughput.png.
 BENCH_COMPARE_ARGS ?= --docs
-$(VENV)/.bench-installed: $(VENV)/.installed bench/requirements-bench.txt
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r bench/requirements-bench.txt
+$(VENV)/.bench-installed: $(VENV)/.installed bench/compare/requirements-bench.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r bench/compare/requirements-bench.txt
 	touch $@
 
 bench-compare: $(VENV)/.bench-installed
-	$(BIN)/python bench/compare.py $(BENCH_COMPARE_ARGS)
+	$(BIN)/python bench/compare/compare.py $(BENCH_COMPARE_ARGS)
 
 # Failure drills (docs/reliability.md): each prints its figure and fails if an invariant breaks.
 drills: $(VENV)/.installed

@@ -7,7 +7,7 @@ or "switchboard_bench_<purpose>"), and every path that drops, creates or sets up
 refuses any other (``require_scratch``): the scripts truncate and reseed the todos table.
 
 Nothing here imports Django at module level: the orchestrators decide which settings each process
-runs with (the project's, or one of bench/alt_settings/), and every child gets an explicit
+runs with (the project's, or one of bench/compare/alt_settings/), and every child gets an explicit
 DATABASE_URL, so no child ever starts or stops the embedded server by itself.
 """
 

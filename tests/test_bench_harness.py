@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench import harness
-from bench.compare_report import Results, Row, finish, table, verdicts, write_docs
-from bench.compare_workers import pgbench_statements
+from bench.compare.compare_report import Results, Row, finish, table, verdicts, write_docs
+from bench.compare.compare_workers import pgbench_statements
 from bench.drills import handlers
 from todos.models import Agent, Todo
 

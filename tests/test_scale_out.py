@@ -1,4 +1,4 @@
-"""The scale-out proof as a test: bench/scale_out.py (two gunicorn masters, two reapers, one
+"""The scale-out proof as a test: bench/ops/scale_out.py (two gunicorn masters, two reapers, one
 PostgreSQL, clients on both ports) must end with every todo done exactly once and no 5xx.
 
 It drains SCALE_OUT_TODOS todos (default 1,000, under a minute on two cores; the full proof is the
@@ -38,7 +38,14 @@ def test_two_web_processes_and_two_reapers_drain_every_todo_exactly_once():
         pytest.skip(missing)
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     result = subprocess.run(
-        [sys.executable, "bench/scale_out.py", "--todos", os.environ.get("SCALE_OUT_TODOS", "1000"), "--clients", "6"],
+        [
+            sys.executable,
+            "bench/ops/scale_out.py",
+            "--todos",
+            os.environ.get("SCALE_OUT_TODOS", "1000"),
+            "--clients",
+            "6",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -264,7 +264,7 @@ class Todo(models.Model):
             models.Index(last_error(), condition=states.DEAD_LETTER.q, name="todo_dead_last_error"),
             # The admin's exact searches (migration 0019): owner:NAME, newest first, and key:K, whatever
             # the todo's state (todo_runnable_idempotency_key holds only runnable todos' keys). Both were
-            # sequential scans at 1M rows (bench/admin_changelist.py).
+            # sequential scans at 1M rows (bench/admin/admin_changelist.py).
             models.Index(
                 fields=["owner", "created_at"],
                 condition=Q(owner__isnull=False),
@@ -286,7 +286,7 @@ class Todo(models.Model):
             models.Index(fields=["queue"], condition=states.WAITING.q, name="todo_waiting"),
             # The admin's free-text title search (title__icontains is UPPER(title) LIKE UPPER('%…%')):
             # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
-            # bench/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
+            # bench/admin/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
             GinIndex(OpClass(Upper("title"), name="gin_trgm_ops"), name="todo_title_trgm"),
         ]
 

@@ -58,18 +58,29 @@ def test_every_file_the_readme_and_docs_link_to_exists():
     assert broken == []
 
 
-def _benchmark_sections() -> dict[str, str]:
+def _benchmark_headings() -> list[tuple[int, str, str]]:
+    """(level, title, body) of each ## and ### heading of docs/benchmarks.md before its appendix."""
     text = (ROOT / "docs" / "benchmarks.md").read_text().split("\n## Appendix", 1)[0]
-    sections: dict[str, str] = {}
-    for part in re.split(r"\n(?=##+ )", text)[1:]:
+    headings = []
+    for part in re.split(r"\n(?=###? )", text)[1:]:
         title, _, body = part.partition("\n")
-        sections[title.lstrip("# ")] = body
-    return sections
+        headings.append((title.count("#", 0, 3), title.lstrip("# "), body))
+    return headings
+
+
+def _benchmark_sections() -> dict[str, str]:
+    # A section is a ### heading, or a ## heading with none under it; the other ## are bench/'s groups.
+    headings = _benchmark_headings()
+    return {
+        title: body
+        for i, (level, title, body) in enumerate(headings)
+        if title != "Summary" and (level == 3 or i + 1 == len(headings) or headings[i + 1][0] == 2)
+    }
 
 
 def test_each_benchmark_states_its_question_its_command_and_a_dated_latest_table_with_its_commit():
     # docs/benchmarks.md is reference, not a diary: older runs live in its appendix.
-    sections = {t: b for t, b in _benchmark_sections().items() if t not in ("Summary", "Operations")}
+    sections = _benchmark_sections()
     assert len(sections) >= 12
     for title, body in sections.items():
         assert "**Question.**" in body and "**Command.**" in body, title
@@ -78,9 +89,37 @@ def test_each_benchmark_states_its_question_its_command_and_a_dated_latest_table
         assert re.search(r"`[0-9a-f]{7,}`", latest), f"{title}: the latest table names no commit"
 
 
-def test_bench_readme_lists_every_script_with_its_question():
-    listed = (ROOT / "bench" / "README.md").read_text()
-    scripts = [p.name for p in (ROOT / "bench").glob("*.py") if p.name != "__init__.py"]
-    assert len(scripts) > 15
-    assert sorted(s for s in scripts if f"`{s}`" not in listed) == []
-    assert "`python -m bench.drills`" in listed
+def test_benchmarks_follow_bench_groups_and_every_anchor_names_a_heading():
+    groups = [t for level, t, body in _benchmark_headings() if level == 2 and "**Question.**" not in body]
+    named = [re.search(r"\(bench/(\w+)/\)", t) for t in groups if t != "Summary"]
+    assert all(named), groups
+    folders = {p.parent.name for p in (ROOT / "bench").glob("*/__init__.py")} - {"drills", "compare"}
+    assert sorted(m.group(1) for m in named if m) == sorted(folders)
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    slugs = {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in text.splitlines()
+        if line.startswith("#")
+    }
+    assert sorted(set(re.findall(r"\]\(#([^)]+)\)", text)) - slugs) == []
+
+
+def test_bench_readme_lists_every_script_with_its_question_under_its_group():
+    # bench/ is grouped by question: harness.py is shared, every other script lives in a group's folder,
+    # and bench/README.md has one section a group ("## claim/: ...") listing each of its scripts.
+    bench = ROOT / "bench"
+    assert sorted(p.name for p in bench.glob("*.py")) == ["__init__.py", "harness.py"]
+    readme = (bench / "README.md").read_text()
+    sections = {part.split("/", 1)[0]: part for part in re.split(r"\n## ", readme)[1:]}
+    groups = sorted(p.parent.name for p in bench.glob("*/__init__.py"))
+    assert groups == sorted(sections)
+    unlisted = [
+        f"{group}/{script.name}"
+        for group in groups
+        if group != "drills"
+        for script in (bench / group).glob("*.py")
+        if script.name != "__init__.py" and f"`{script.name}`" not in sections[group]
+    ]
+    assert unlisted == []
+    assert sum(1 for group in groups for p in (bench / group).glob("*.py") if p.name != "__init__.py") > 15
+    assert "`python -m bench.drills`" in sections["drills"]

@@ -376,7 +376,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     error_group_limit = 20
     # The box groups the newest this many of the listed dead-letters, not all of them: grouping reads
     # each one's errors (kilobytes of tracebacks, out of line), and after an outage that is 50,000 rows
-    # on every page load (bench/admin_changelist.py). The newest are what an operator triages first.
+    # on every page load (bench/admin/admin_changelist.py). The newest are what an operator triages first.
     error_group_sample = 2_000
     # Group actions: a whole group is retried or discarded through the batched every-matching run.
     error_group_ops = ("retry_reset", "retry_once", "discard")

@@ -1,4 +1,4 @@
-"""A trigram index for the admin's free-text title search (bench/title_search.py, docs/benchmarks.md).
+"""A trigram index for the admin's free-text title search (bench/admin/title_search.py, docs/benchmarks.md).
 
 pg_trgm is a trusted extension (PostgreSQL 13+), so the database owner may create it. The index is
 built concurrently: creates and transitions keep running while it builds on a big table.

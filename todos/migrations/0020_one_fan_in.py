@@ -54,7 +54,7 @@ FUNCTION = """
 -- wait on one of them resolves in the same call.
 -- plan_cache_mode: its statement is planned once per connection. Left to choose, the plan cache kept
 -- planning it afresh on every call (a custom plan looked cheaper for the one-element arrays of a single
--- complete), which cost more than running it: 5-10 ms a complete on a loaded machine, in bench/fan_in.py.
+-- complete), which cost more than running it: 5-10 ms a complete on a loaded machine, in bench/claim/fan_in.py.
 CREATE OR REPLACE FUNCTION todos_settle_dependents(ids text[], outcomes text[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 DECLARE

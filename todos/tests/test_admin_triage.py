@@ -116,7 +116,7 @@ def test_the_console_is_branded_switchboard(admin_client):
 
 def test_the_box_groups_only_the_newest_dead_letters_and_says_so(admin_client, make_todo, monkeypatch):
     # After an outage the list holds 50,000 dead-letters; grouping them all on every page load read
-    # every one's errors (bench/admin_changelist.py). The box groups the newest error_group_sample.
+    # every one's errors (bench/admin/admin_changelist.py). The box groups the newest error_group_sample.
     from datetime import timedelta
 
     from django.utils import timezone

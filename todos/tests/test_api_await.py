@@ -125,7 +125,7 @@ def test_on_the_real_server_50_awaits_hold_no_thread_and_all_wake_on_their_resul
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from bench.aio_http import Connection
+    from bench.http.aio_http import Connection
 
     server = start_server(workers=1, env={"WEB_THREADS": "2"})
     todos = [make_todo("jobs") for _ in range(50)]

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from bench.aio_http import Connection
+from bench.http.aio_http import Connection
 from todos import queue
 from todos.models import Todo, TodoState
 

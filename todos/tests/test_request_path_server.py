@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from bench.aio_http import Connection
+from bench.http.aio_http import Connection
 from todos.models import Agent, Todo, TodoState
 from todos.tests.gunicorn_live import Server, worker_pids
 from todos.tests.pgbouncer_support import POOL_SIZE, PgBouncer

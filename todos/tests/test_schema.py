@@ -34,7 +34,7 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         # waiting todos per queue (migration 0015): queue_stats() and the admin's filter; partial, so a
         # transition of any other state writes nothing to it
         "todo_waiting",
-        # the admin's free-text title search (migration 0010; bench/title_search.py, docs/benchmarks.md)
+        # the admin's free-text title search (migration 0010; bench/admin/title_search.py, docs/benchmarks.md)
         "todo_title_trgm",
         # the admin's owner: and key: searches, one triage group, and per-queue retry reads (migration 0019)
         "todo_admin_owner_recent",
