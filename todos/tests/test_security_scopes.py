@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.aio_http import Connection
+from bench.http.aio_http import Connection
 from todos.globs import collapse_stars, compile_glob, wildcards
 from todos.limits import MAX_FAIR_WEIGHTS_KEYS, MAX_SCOPE_WILDCARDS
 from todos.models import Agent, Queue, Todo, TodoState, validate_scope
