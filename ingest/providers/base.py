@@ -23,6 +23,10 @@ from ingest.errors import InvalidDelivery, SignatureInvalid
 TIMESTAMP_TOLERANCE_SECONDS = 300
 MAX_ID_LENGTH = 200
 MAX_KEPT_HEADER_LENGTH = 500
+# A Unix time in seconds has 10 digits until 2286; 12 leaves room and keeps int() away from huge inputs.
+MAX_TIMESTAMP_DIGITS = 12
+# What a slug without a source is "verified" with: a refusal then costs what a wrong signature costs.
+_DECOY_KEY = secrets_module.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,21 @@ def sha256_hex_header(raw_body: bytes, given: str | None, secrets: list[str], he
         if hmac.compare_digest(expected, given_bytes):
             return
     raise SignatureInvalid(f"The {header} signature does not match.")
+
+
+def verify_nothing(raw_body: bytes) -> None:
+    """The work of a signature that fails, for a slug with no source that takes webhooks: one
+    HMAC-SHA256 of the body and a constant-time compare, so neither the answer nor its timing tells an
+    unknown slug from a known one with a wrong signature."""
+    hmac.compare_digest(hmac_sha256(_DECOY_KEY, raw_body), _DECOY_KEY)
+
+
+def parse_timestamp(value: str | None, header: str) -> int:
+    """A signature header's Unix time. ``str.isdigit`` alone would pass "²" and 5,000-digit strings,
+    which ``int()`` then refuses with a ValueError (a 500): only short ASCII digit strings are times."""
+    if not value or not (value.isascii() and value.isdigit() and len(value) <= MAX_TIMESTAMP_DIGITS):
+        raise SignatureInvalid(f"Missing or malformed {header} timestamp.")
+    return int(value)
 
 
 def check_timestamp(timestamp: int, now: float | None) -> None:

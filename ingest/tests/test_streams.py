@@ -257,8 +257,8 @@ def test_consume_stream_refuses_a_source_that_is_not_a_stream(redis_server, make
 @pytest.mark.django_db
 def test_a_webhook_post_to_a_stream_source_is_refused_and_stores_nothing(stream_source, post_webhook):
     response = post_webhook("orders-stream", b'{"type": "order.created"}', {"X-Signature-256": "sha256=00"})
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
     assert Event.objects.count() == 0
 
 

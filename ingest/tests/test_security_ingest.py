@@ -1,0 +1,77 @@
+"""Issue 28: the webhook receiver attacked by anyone on the network, as security-review.md tried it.
+
+Each test sends what an unauthenticated sender (or one holding a captured delivery) would, and checks
+that the answer gives nothing away and that nothing was stored."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from events.models import Event
+from ingest.models import Source
+from ingest.tests.conftest import (
+    github_headers,
+    pr_payload,
+    standard_headers,
+    stripe_headers,
+    to_body,
+)
+from todos.models import Todo
+
+
+def _refusal(response) -> tuple[int, bytes]:
+    return response.status_code, response.content
+
+
+def test_unknown_inactive_pull_only_and_badly_signed_slugs_answer_alike(
+    github_source, make_source, make_route, post_webhook
+):
+    # The slug oracle (H2's first step): 401 for a source that exists, 404 otherwise told an attacker
+    # which sources to aim an event wait at.
+    body = to_body(pr_payload())
+    inactive = make_source("gh-off", "github", is_active=False)
+    make_route(inactive, "*", "github.prs")
+    Source.objects.create(slug="pulled", provider="stream", secret="unused")
+    answers = {
+        "unknown, validly signed for another source": _refusal(post_webhook("no-such", body, github_headers(body))),
+        "inactive, validly signed": _refusal(post_webhook("gh-off", body, github_headers(body))),
+        "pull-only": _refusal(post_webhook("pulled", body, github_headers(body))),
+        "active, wrong secret": _refusal(post_webhook("gh", body, github_headers(body, secret="guess"))),
+        "active, no signature": _refusal(post_webhook("gh", body, {"X-GitHub-Event": "push"})),
+        "active, malformed signature": _refusal(post_webhook("gh", body, {"X-Hub-Signature-256": "md5=1"})),
+    }
+    assert len(set(answers.values())) == 1, answers
+    status, content = next(iter(answers.values()))
+    assert status == 401 and b'"code": "unauthorized"' in content
+    assert Event.objects.count() == 0 and Todo.objects.count() == 0
+
+
+@pytest.mark.parametrize("timestamp", ["\u00b2", "9" * 5000, "\uff11\uff12\uff13", "-1", "1e9", ""])
+def test_a_stripe_signature_with_a_timestamp_that_is_not_a_time_is_401_not_500(
+    make_source, make_route, post_webhook, timestamp
+):
+    make_route(make_source("st", "stripe"), "*", "billing")
+    body = to_body({"id": "evt_1", "type": "charge.succeeded"})
+    response = post_webhook("st", body, {"Stripe-Signature": f"t={timestamp},v1=00"})
+    assert response.status_code == 401
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.parametrize("timestamp", ["\u00b2", "9" * 5000, "\uff11\uff12\uff13"])
+def test_a_standard_webhooks_timestamp_that_is_not_a_time_is_401_not_500(
+    make_source, make_route, post_webhook, timestamp
+):
+    make_route(make_source("std", "standard"), "*", "users")
+    body = to_body({"type": "user.created"})
+    headers = {**standard_headers(body), "webhook-timestamp": timestamp}
+    response = post_webhook("std", body, headers)
+    assert response.status_code == 401
+    assert Event.objects.count() == 0
+
+
+def test_a_well_formed_stripe_timestamp_still_verifies(make_source, make_route, post_webhook):
+    make_route(make_source("st", "stripe"), "*", "billing")
+    body = to_body({"id": "evt_2", "type": "charge.succeeded"})
+    assert post_webhook("st", body, stripe_headers(body, timestamp=int(time.time()))).status_code == 202
