@@ -51,7 +51,7 @@ def test_receive_github_pull_request_stores_the_event_and_its_todo(github_source
     route = github_source.routes.get()
     assert (todo.queue, todo.kind, todo.state, todo.source) == ("github.prs", "review", TodoState.PENDING, "gh")
     assert todo.title == "octo/hello#12: Add a feature"
-    assert todo.idempotency_key == f"del-1:{route.id}"
+    assert todo.idempotency_key == f"ingest:del-1:{route.id}"
     assert todo.event_id == event.id
     assert todo.payload == event.payload
 
@@ -123,7 +123,7 @@ def test_receive_hmac_delivery_is_accepted(make_source, make_route, post_webhook
     response = post_webhook("ci", body, hmac_headers(body, delivery="b-77"))
     assert response.status_code == 202
     assert Event.objects.get().type == "build.failed"
-    assert Todo.objects.get().idempotency_key.startswith("b-77:")
+    assert Todo.objects.get().idempotency_key.startswith("ingest:b-77:")
 
 
 def test_receive_fans_out_to_every_matching_route(github_source, make_route, post_webhook):
@@ -137,7 +137,7 @@ def test_receive_fans_out_to_every_matching_route(github_source, make_route, pos
     assert set(todos) == {"github.prs", "triage"}
     assert sorted(response.json()["todo_ids"]) == sorted(t.id for t in todos.values())
     assert todos["triage"].title == "mona"
-    assert todos["triage"].idempotency_key == f"fan:{second.id}"
+    assert todos["triage"].idempotency_key == f"ingest:fan:{second.id}"
 
 
 def test_receive_route_assignee_and_max_attempts_reach_the_todo(make_source, make_route, post_webhook):

@@ -5,11 +5,14 @@ that the answer gives nothing away and that nothing was stored."""
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import pytest
+from django.db import connection
 
 from events.models import Event
+from ingest import routing
 from ingest.models import Source
 from ingest.tests.conftest import (
     github_headers,
@@ -19,6 +22,7 @@ from ingest.tests.conftest import (
     to_body,
 )
 from todos.models import Todo
+from todos.tests.conftest import Api
 
 
 def _refusal(response) -> tuple[int, bytes]:
@@ -75,3 +79,38 @@ def test_a_well_formed_stripe_timestamp_still_verifies(make_source, make_route, 
     make_route(make_source("st", "stripe"), "*", "billing")
     body = to_body({"id": "evt_2", "type": "charge.succeeded"})
     assert post_webhook("st", body, stripe_headers(body, timestamp=int(time.time()))).status_code == 202
+
+
+# --- L3: an agent cannot pre-empt a webhook's todo by its idempotency key -------------------------
+
+
+def test_an_agent_holding_the_old_route_key_does_not_swallow_the_delivery(github_source, post_webhook, make_agent):
+    # The attack: a sequential delivery id is predictable, and the route's key was <delivery>:<route>.
+    route = github_source.routes.get()
+    squatter = Api(make_agent("squatter", claim=["github.*"], create=["github.*"]).token)
+    squat = squatter.post(
+        "/todos/", {"queue": "github.prs", "idempotency_key": f"1001:{route.id}", "payload": {"fake": True}}
+    )
+    assert squat.status_code == 201
+    body = to_body(pr_payload(number=1001))
+    response = post_webhook("gh", body, github_headers(body, delivery="1001"))
+    assert response.status_code == 202
+    [todo_id] = response.json()["todo_ids"]
+    assert todo_id != squat.json()["id"]
+    assert Todo.objects.get(pk=todo_id).payload == pr_payload(number=1001)
+
+
+def test_a_replay_of_an_event_routed_before_the_prefix_finds_its_todo(github_source, post_webhook):
+    # An event stored (and routed) under the old key shape, then the migration that prefixes the keys of
+    # todos that can still run: a replay returns that todo rather than making a second one.
+    body = to_body(pr_payload(number=5))
+    response = post_webhook("gh", body, github_headers(body, delivery="old-5"))
+    [todo_id] = response.json()["todo_ids"]
+    route = github_source.routes.get()
+    Todo.objects.filter(pk=todo_id).update(idempotency_key=f"old-5:{route.id}")
+    migration = importlib.import_module("ingest.migrations.0006_route_todo_keys_prefixed")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.PREFIX_ROUTE_KEYS)
+    assert Todo.objects.get(pk=todo_id).idempotency_key == f"ingest:old-5:{route.id}"
+    [again] = routing.replay(Event.objects.get(), agent=None)
+    assert (again.created, again.todo.id) == (False, todo_id)

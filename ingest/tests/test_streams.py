@@ -110,7 +110,7 @@ def test_consume_stream_makes_one_event_per_delivery_and_acks_the_duplicates(red
     assert Todo.objects.filter(queue="audit").count() == 30  # order.created only
     todo = Todo.objects.get(queue="orders", event__delivery_id="ord-4")
     route = stream_source.routes.get(queue="orders")
-    assert (todo.title, todo.kind, todo.idempotency_key) == ("Order 4", "fulfil", f"ord-4:{route.id}")
+    assert (todo.title, todo.kind, todo.idempotency_key) == ("Order 4", "fulfil", f"ingest:ord-4:{route.id}")
     shipped = Event.objects.filter(type="order.shipped").order_by("delivery_id").first()
     assert shipped is not None and shipped.delivery_id.startswith(f"{STREAM}:")
     assert shipped.headers["stream"] == STREAM and shipped.headers["entry_id"] == shipped.delivery_id.split(":", 1)[1]
