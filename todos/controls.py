@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +18,11 @@ from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
-from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, Agent
+from todos.models import MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, QUEUE_NAME_RE, Agent
 from todos.rows import fetchall
 
 ALL_QUEUES = ["%"]
+_UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class _Unset:
@@ -64,7 +66,9 @@ def _visible(agent: Agent | None) -> list[str]:
 
 
 def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> QueueControls:
-    rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params})
+    # A name no queue can have (a NUL byte from the URL, which PostgreSQL's text refuses) is not found
+    # without a query, as an id of the wrong shape is.
+    rows = fetchall(statement, {"name": name, "visible": _visible(agent), **params}) if _queue_name(name) else []
     if not rows:
         # 404, as for any missing resource in the URL (a 400 would blame the body); its JSON names the queue
         # as a 400 names a field, so a client tells "no such queue" from a bad value the same way.
@@ -74,6 +78,10 @@ def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> Queue
     if isinstance(row[6], str):  # Django's cursor hands jsonb over as text (its JSONField decodes it)
         row[6] = json.loads(row[6])
     return QueueControls(*row)
+
+
+def _queue_name(name: str) -> bool:
+    return QUEUE_NAME_RE.fullmatch(name) is not None
 
 
 def get(name: str, *, agent: Agent | None = None) -> QueueControls:
@@ -108,9 +116,10 @@ def _check_weights(weights: Any) -> None:
     if not isinstance(weights, dict):
         raise InvalidTransitionInput("fair_weights must be an object from key to weight.", field="fair_weights")
     for key, weight in weights.items():
-        if not isinstance(key, str) or len(key) > MAX_FAIR_KEY_CHARS:
+        # jsonb refuses \u0000 and lone surrogates (a DataError, once a 500): such a key is no fair_key.
+        if not isinstance(key, str) or len(key) > MAX_FAIR_KEY_CHARS or _UNSTORABLE_TEXT.search(key):
             raise InvalidTransitionInput(
-                f"fair_weights' keys are fair_keys: text of at most {MAX_FAIR_KEY_CHARS} characters.",
+                f"fair_weights' keys are fair_keys: text of at most {MAX_FAIR_KEY_CHARS} characters, no NUL.",
                 field="fair_weights",
             )
         if (

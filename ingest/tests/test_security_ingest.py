@@ -114,3 +114,12 @@ def test_a_replay_of_an_event_routed_before_the_prefix_finds_its_todo(github_sou
     assert Todo.objects.get(pk=todo_id).idempotency_key == f"ingest:old-5:{route.id}"
     [again] = routing.replay(Event.objects.get(), agent=None)
     assert (again.created, again.todo.id) == (False, todo_id)
+
+
+# --- L1: the admin's source preview (staff only, but a 500 all the same) ---------------------------
+
+
+def test_the_source_previews_route_parameter_cannot_make_a_500(admin_client):
+    source = Source.objects.create(slug="gh", provider="github", secret="s")
+    for route in ("\u00b2", "9" * 5000, "12"):
+        assert admin_client.get(f"/admin/ingest/source/{source.pk}/preview/", {"route": route}).status_code == 200

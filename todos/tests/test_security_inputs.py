@@ -4,13 +4,17 @@ paginator and come back as a 500. Each answer is a 4xx naming what was wrong, an
 
 from __future__ import annotations
 
+import base64
+from urllib.parse import urlencode
+
 import anyio
 import pytest
+from django.urls import reverse
 from rest_framework.exceptions import ValidationError
 
 from todos.errors import InvalidTransitionInput
 from todos.mcp import tools
-from todos.models import Todo
+from todos.models import Queue, Todo
 
 # --- L3: the system's idempotency keys are not the agents' ----------------------------------------
 
@@ -52,3 +56,74 @@ def test_keys_that_only_look_alike_are_the_agents(api):
     # Keys are compared exactly, as the unique index compares them: these never collide with a system key.
     for key in ("Ingest:1:7", "my-ingest:1:7", "ingest-1-7", "schedule"):
         assert api.post("/todos/", {"queue": "support", "idempotency_key": key}).status_code == 201
+
+
+# --- L1: NUL bytes, odd cursors and odd numbers are 4xx, never a 500 ------------------------------
+
+
+def _cursor(position: str) -> str:
+    # DRF's cursor: base64 of a query string whose p is the position (here, a created_at).
+    return base64.b64encode(urlencode({"p": position}).encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/queues/a%00b/",
+        "/queues/a%00b/pause/",
+        "/todos/?queue=a%00b",
+        "/todos/?kind=a%00b",
+        "/todos/?state=pending%00",
+        "/events/?source=a%00b",
+        "/events/?type=a%00b",
+        "/events/ev_%00/",
+        "/todos/td_%00/",
+        "/todos/?cursor=" + _cursor("x"),
+        "/todos/?cursor=" + _cursor("\u00b2"),
+        "/todos/?cursor=" + _cursor("9" * 5000),
+        "/events/?cursor=" + _cursor("x"),
+    ],
+)
+def test_a_hostile_path_or_query_is_a_4xx_json_error_not_a_500(api, path):
+    response = api.post(path) if path.endswith("/pause/") else api.get(path)
+    assert 400 <= response.status_code < 500, (response.status_code, response.content[:300])
+    assert response.json()["error"]["code"] in ("invalid", "not_found")
+
+
+def test_a_nul_in_a_fair_weights_key_is_400_naming_the_field(make_agent, api_for, make_todo):
+    make_todo("fairq")
+    manager = api_for(make_agent("ops", claim=["*"], create=["*"], can_manage_queues=True))
+    response = manager.client.patch(
+        "/api/v1/queues/fairq/", data='{"fair_weights": {"a\\u0000": 2}}', content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    assert "fair_weights" in response.json()["error"]["fields"]
+    assert not Queue.objects.get(name="fairq").fair_weights
+
+
+@pytest.mark.parametrize(
+    "wait_for",
+    [{"todos": ["td_\u0000"]}, {"event": {"source": "a\u0000b"}}, {"event": {"source": "gh", "type": "\u0000"}}],
+)
+def test_a_value_postgresql_refuses_is_400_whatever_door_it_came_through(api, make_todo, wait_for):
+    # The net under the explicit checks: a NUL that reaches a statement (here in a wait's description,
+    # which other checks may refuse first, 400 or 404) is psycopg's DataError, answered 400 `invalid`.
+    todo = make_todo("jobs")
+    lease = api.post(f"/todos/{todo.id}/claim/", {}).json()["lease_id"]
+    response = api.post(f"/todos/{todo.id}/wait/", {"lease_id": lease, "for": wait_for, "timeout_seconds": 60})
+    assert response.status_code in (400, 404), response.content
+    assert response.json()["error"]["code"] in ("invalid", "not_found")
+    assert Todo.objects.get(pk=todo.id).state == "claimed"
+
+
+# --- L1 in the admin (staff only, but a 500 all the same) -----------------------------------------
+
+
+def test_the_bulk_forms_carried_values_cannot_make_a_500(admin_client, make_todo):
+    for n in range(2):
+        make_todo("github", title=f"dead {n}", state="failed", next_retry_at=None, attempt=5, max_attempts=5)
+    url = reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes"
+    deep = "[" * 100_000 + "]" * 100_000
+    response = admin_client.post(url, {"skipped": deep, "after": "td_\x00", "note": "a\x00b"}, follow=True)
+    assert response.status_code == 200
+    assert not Todo.objects.dead_lettered().exists()
