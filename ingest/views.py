@@ -9,6 +9,7 @@ the provider retries; nothing is half-stored.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from django.conf import settings
@@ -97,6 +98,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
             headers=verified.headers,
             routes=list(source.routes.filter(is_active=True).order_by("id")),
             traceparent=request.headers.get("traceparent"),
+            body_sha256=hashlib.sha256(raw_body).hexdigest() if provider.dedupes_bodies else None,
         )
     except IngestError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ingest.errors import InvalidDelivery, SignatureInvalid
+from todos.limits import MAX_TIMESTAMP_DIGITS
 
 # Stripe's and Standard Webhooks' replay window, both directions (a clock ahead is as suspect as behind).
 TIMESTAMP_TOLERANCE_SECONDS = 300
 MAX_ID_LENGTH = 200
 MAX_KEPT_HEADER_LENGTH = 500
-# A Unix time in seconds has 10 digits until 2286; 12 leaves room and keeps int() away from huge inputs.
-MAX_TIMESTAMP_DIGITS = 12
 # What a slug without a source is "verified" with: a refusal then costs what a wrong signature costs.
 _DECOY_KEY = secrets_module.token_bytes(32)
 
@@ -80,6 +79,10 @@ class Provider:
     new_secret: Callable[[], str] = token_secret
     # Raises ValueError for a secret this provider cannot use (the admin form and add_source refuse it).
     check_secret: Callable[[str], None] = any_secret
+    # The signature covers the body alone (no id, no time): a captured delivery resent with a fresh
+    # delivery id would verify, so a body seen within the replay window is a duplicate (ingest/intake.py).
+    # Only for senders whose distinct events never share a body (GitHub's carry ids and times).
+    dedupes_bodies: bool = False
 
     @property
     def accepts_webhooks(self) -> bool:

@@ -164,10 +164,10 @@ def test_receive_redelivery_is_200_duplicate_and_creates_nothing(github_source, 
 
 def test_receive_accepts_the_previous_secret_during_rotation(make_source, make_route, post_webhook):
     make_source(secret="new-secret", previous_secret=GITHUB_SECRET)
-    body = to_body(pr_payload())
-    assert post_webhook("gh", body, github_headers(body, secret=GITHUB_SECRET)).status_code == 202
-    assert post_webhook("gh", body, github_headers(body, secret="new-secret")).status_code == 202
-    assert post_webhook("gh", body, github_headers(body, secret="retired")).status_code == 401
+    old, new = to_body(pr_payload(number=1)), to_body(pr_payload(number=2))  # one body twice is a replay
+    assert post_webhook("gh", old, github_headers(old, secret=GITHUB_SECRET)).status_code == 202
+    assert post_webhook("gh", new, github_headers(new, secret="new-secret")).status_code == 202
+    assert post_webhook("gh", new, github_headers(new, secret="retired")).status_code == 401
     assert Event.objects.count() == 2
 
 

@@ -5,17 +5,26 @@ that the answer gives nothing away and that nothing was stored."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
+from django.db.models.functions import Now
+from django.test import Client
 
 from events.models import Event
 from ingest import routing
 from ingest.models import Source
 from ingest.tests.conftest import (
+    HMAC_SECRET,
     github_headers,
+    hmac_headers,
     pr_payload,
     standard_headers,
     stripe_headers,
@@ -123,3 +132,100 @@ def test_the_source_previews_route_parameter_cannot_make_a_500(admin_client):
     source = Source.objects.create(slug="gh", provider="github", secret="s")
     for route in ("\u00b2", "9" * 5000, "12"):
         assert admin_client.get(f"/admin/ingest/source/{source.pk}/preview/", {"route": route}).status_code == 200
+
+
+# --- L2: a captured delivery resent under a fresh delivery id --------------------------------------
+
+
+def test_a_github_capture_resent_with_a_fresh_delivery_id_makes_nothing(github_source, post_webhook):
+    body = to_body(pr_payload(number=77))
+    first = post_webhook("gh", body, github_headers(body, delivery="real-1"))
+    assert first.status_code == 202
+    # The attacker has the body and its X-Hub-Signature-256 (a proxy log, the "Recent deliveries" page).
+    replay = post_webhook("gh", body, github_headers(body, delivery="fresh-uuid"))
+    retyped = post_webhook("gh", body, github_headers(body, event="deployment", delivery="fresh-uuid-2"))
+    for answer in (replay, retyped):
+        assert answer.status_code == 200
+        assert answer.json() == {**first.json(), "duplicate": True}
+    assert Event.objects.count() == 1 and Todo.objects.count() == 1
+
+
+def test_a_github_retry_with_its_own_delivery_id_is_still_a_plain_redelivery(github_source, post_webhook):
+    body = to_body(pr_payload(number=78))
+    headers = github_headers(body, delivery="real-2")
+    first = post_webhook("gh", body, headers)
+    again = post_webhook("gh", body, headers)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json() == {**first.json(), "duplicate": True}
+
+
+def test_the_same_github_body_after_the_window_is_a_new_event(github_source, post_webhook):
+    body = to_body(pr_payload(number=79))
+    assert post_webhook("gh", body, github_headers(body, delivery="old")).status_code == 202
+    Event.objects.update(received_at=Now() - timedelta(days=31))
+    assert post_webhook("gh", body, github_headers(body, delivery="new")).status_code == 202
+    assert Event.objects.count() == 2
+
+
+def test_the_same_body_from_another_source_or_provider_is_not_a_replay(
+    github_source, make_source, make_route, post_webhook
+):
+    other = make_source("gh2", "github")
+    make_route(other, "*", "github.prs")
+    make_route(make_source("house", "hmac"), "*", "jobs")
+    body = to_body(pr_payload(number=80))
+    assert post_webhook("gh", body, github_headers(body)).status_code == 202
+    assert post_webhook("gh2", body, github_headers(body)).status_code == 202
+    # The house hmac provider does not dedupe bodies: its senders may post the same body twice on purpose.
+    for _ in range(2):
+        assert post_webhook("house", body, hmac_headers(body, event="tick")).status_code == 202
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_copies_of_a_github_body_under_fresh_ids_store_one_event(github_source):
+    body = to_body(pr_payload(number=81))
+    start = threading.Barrier(6)
+
+    def send(n: int) -> int:
+        try:
+            start.wait()
+            client = Client()
+            headers = github_headers(body, delivery=f"copy-{n}")
+            return client.post("/ingest/gh/", data=body, content_type="application/json", headers=headers).status_code
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = sorted(pool.map(send, range(6)))
+    assert statuses == [200] * 5 + [202]
+    assert Event.objects.count() == 1 and Todo.objects.count() == 1
+
+
+def _timestamped_hmac(body: bytes, delivery: str, timestamp: int | str, secret: str = HMAC_SECRET) -> dict[str, str]:
+    signed = f"{delivery}.{timestamp}.".encode() + body
+    return {
+        "X-Delivery-Id": delivery,
+        "X-Signature-Timestamp": str(timestamp),
+        "X-Signature-256": "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest(),
+        "X-Event-Type": "build.finished",
+    }
+
+
+def test_a_timestamped_hmac_delivery_cannot_be_resent_under_another_id_later_or_downgraded(
+    make_source, make_route, post_webhook
+):
+    make_route(make_source("house", "hmac"), "*", "jobs")
+    body = to_body({"build": 1})
+    now = int(time.time())
+    headers = _timestamped_hmac(body, "b-1", now)
+    assert post_webhook("house", body, headers).status_code == 202
+    assert post_webhook("house", body, headers).status_code == 200  # the sender's retry: a redelivery
+    # Fresh id, same signature: the id is signed.
+    assert post_webhook("house", body, {**headers, "X-Delivery-Id": "b-2"}).status_code == 401
+    # The timestamp header dropped: the signature is not of the body alone.
+    without_time = {k: v for k, v in headers.items() if k != "X-Signature-Timestamp"}
+    assert post_webhook("house", body, {**without_time, "X-Delivery-Id": "b-3"}).status_code == 401
+    # Signed properly but outside the 300 s tolerance, or with a time that is no time.
+    assert post_webhook("house", body, _timestamped_hmac(body, "b-4", now - 301)).status_code == 401
+    assert post_webhook("house", body, _timestamped_hmac(body, "b-5", "\u00b2")).status_code == 401
+    assert Event.objects.count() == 1
