@@ -5,13 +5,18 @@ paginator and come back as a 500. Each answer is a 4xx naming what was wrong, an
 from __future__ import annotations
 
 import base64
+import logging
+import logging.config
 from urllib.parse import urlencode
 
 import anyio
 import pytest
+from django.conf import settings
 from django.urls import reverse
 from rest_framework.exceptions import ValidationError
+from switchboard_client import cli
 
+from switchboard.logs import logging_config
 from todos.errors import InvalidTransitionInput
 from todos.mcp import tools
 from todos.models import Queue, Todo
@@ -127,3 +132,30 @@ def test_the_bulk_forms_carried_values_cannot_make_a_500(admin_client, make_todo
     response = admin_client.post(url, {"skipped": deep, "after": "td_\x00", "note": "a\x00b"}, follow=True)
     assert response.status_code == 200
     assert not Todo.objects.dead_lettered().exists()
+
+
+# --- Info: what reaches the logs -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("log_format", ["plain", "json"])
+def test_at_log_level_debug_the_mcp_sdk_still_logs_no_messages(log_format):
+    # The SDK logs each JSON-RPC message it sends at DEBUG (mcp/server/sse.py, "Sending message via SSE"):
+    # arguments, payloads, lease ids, waitpoint tokens. Pinned at INFO, as query logging is.
+    config = logging_config(log_format, "DEBUG")
+    for name in ("mcp", "django.db.backends"):
+        assert logging.getLevelName(config["loggers"][name]["level"]) > logging.DEBUG
+    logging.config.dictConfig(config)
+    try:
+        assert not logging.getLogger("mcp.server.sse").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("mcp.shared.jsonrpc_dispatcher").isEnabledFor(logging.DEBUG)
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+
+
+def test_the_cli_warns_that_a_token_flag_is_visible_to_other_users(capsys, monkeypatch):
+    monkeypatch.delenv("SWITCHBOARD_TOKEN", raising=False)
+    # Nothing listens on the discard port: the command fails as "server down", after the warning.
+    cli.main(["queues", "list", "--url", "http://127.0.0.1:9", "--token", "sb_from_the_command_line"])
+    assert cli.VISIBLE_FLAG_WARNING in capsys.readouterr().err
+    cli.main(["queues", "list", "--url", "http://127.0.0.1:9"])
+    assert cli.VISIBLE_FLAG_WARNING not in capsys.readouterr().err
