@@ -5,18 +5,28 @@ paginator and come back as a 500. Each answer is a 4xx naming what was wrong, an
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import logging.config
-from urllib.parse import urlencode
+from collections import Counter
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import anyio
 import pytest
+import schemathesis
 from django.conf import settings
+from django.test import Client
 from django.urls import reverse
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from rest_framework.exceptions import ValidationError
+from schemathesis import GenerationMode
 from switchboard_client import cli
 
 from switchboard.logs import logging_config
+from switchboard.wsgi import application as wsgi_application
+from todos import queue
 from todos.errors import InvalidTransitionInput
 from todos.mcp import tools
 from todos.models import Queue, Todo
@@ -159,3 +169,70 @@ def test_the_cli_warns_that_a_token_flag_is_visible_to_other_users(capsys, monke
     assert cli.VISIBLE_FLAG_WARNING in capsys.readouterr().err
     cli.main(["queues", "list", "--url", "http://127.0.0.1:9"])
     assert cli.VISIBLE_FLAG_WARNING not in capsys.readouterr().err
+
+
+# --- Build 9: the schema-driven fuzz run, every string poisoned -----------------------------------
+
+_DEEP = 5_000  # past Python's recursion limit (1,000) for any recursive walk of the parsed JSON
+_NESTED = "\u2063deep\u2063"  # a marker no generated string contains: replaced by the nested JSON text
+
+
+def _poisoned(value: Any, how: str) -> Any:
+    """Every string of ``value`` with a NUL in it ("nul"), or replaced by JSON nested _DEEP deep ("deep")."""
+    if isinstance(value, str):
+        return _NESTED if how == "deep" else value[:1] + "\x00" + value[1:]
+    if isinstance(value, dict):
+        return {key: _poisoned(item, how) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_poisoned(item, how) for item in value]
+    return value
+
+
+def _send(client: Client, case: Any, how: str, token: str) -> int:
+    """The generated request, poisoned: path parameters and query values get NUL bytes (a URL cannot carry
+    nesting), the JSON body gets NULs or deep nesting in every string."""
+    path = case.operation.path
+    for name, value in (case.path_parameters or {}).items():
+        path = path.replace("{" + name + "}", quote(_poisoned(str(value), "nul"), safe=""))
+    query = {name: _poisoned(str(value), "nul") for name, value in (case.query or {}).items()}
+    body = ""
+    if isinstance(case.body, dict | list):
+        body = json.dumps(_poisoned(case.body, how)).replace(json.dumps(_NESTED), "[" * _DEEP + "]" * _DEEP)
+    url = path + ("?" + urlencode(query) if query else "")
+    send = getattr(client, case.method.lower())
+    response = send(url, data=body, content_type="application/json", headers={"Authorization": f"Bearer {token}"})
+    return int(response.status_code)
+
+
+@pytest.mark.slow
+def test_fuzzing_every_operation_with_nul_bytes_and_deep_nesting_finds_no_server_error(transactional_db, make_agent):
+    agent = make_agent("fuzzer", claim=["*"], can_retry_dead_letters=True, can_manage_queues=True)
+    token = agent.token  # type: ignore[attr-defined]
+    real = [queue.create(queue=f"fuzz.{i}")[0].id for i in range(2)]
+    queue.claim(real[1], agent=agent)
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_application)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    client = Client(raise_request_exception=False)
+    server_errors: list[str] = []
+    statuses: Counter[int] = Counter()
+
+    def fuzz(operation: Any, how: str) -> None:
+        @given(case=operation.as_strategy(GenerationMode.POSITIVE))
+        @hypothesis_settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def call(case: Any) -> None:
+            if isinstance(case.body, dict) and isinstance(case.body.get("wait_seconds"), int | float):
+                case.body["wait_seconds"] = 0  # long-polls are the live server's tests
+            status = _send(client, case, how, token)
+            statuses[status] += 1
+            if status >= 500:
+                server_errors.append(f"{operation.label} ({how}): {status} for {case.body!r:.200}")
+
+        call()
+
+    for operation in operations:
+        for how in ("nul", "deep"):
+            fuzz(operation, how)
+    assert server_errors == []
+    # Bounded (CI has 2 cores): a few hundred requests, and they did reach the views.
+    assert 2 * len(operations) <= sum(statuses.values()) <= 8 * len(operations), statuses
+    assert {400, 404} <= set(statuses), statuses
