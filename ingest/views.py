@@ -13,6 +13,7 @@ import hashlib
 import logging
 
 from django.conf import settings
+from django.core.validators import slug_re
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -81,7 +82,8 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
     source = None
     try:
         raw_body = _read_body(request, settings.INGEST_MAX_BODY_BYTES)
-        source = Source.objects.filter(slug=slug, is_active=True).first()
+        # A slug no source can have (a NUL byte, which PostgreSQL's text refuses) is unknown without a query.
+        source = Source.objects.filter(slug=slug, is_active=True).first() if slug_re.fullmatch(slug) else None
         provider = providers.PROVIDERS.get(source.provider) if source is not None else None
         # A pull-only source (its provider verifies nothing) answers as if it did not exist.
         if source is None or provider is None or not provider.accepts_webhooks:

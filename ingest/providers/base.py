@@ -105,7 +105,12 @@ def lower(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def kept(names: tuple[str, ...], lowered: dict[str, str]) -> dict[str, str]:
-    return {name: lowered[name.lower()][:MAX_KEPT_HEADER_LENGTH] for name in names if lowered.get(name.lower())}
+    # Without NUL bytes: jsonb refuses \u0000, and a header not worth refusing a delivery for.
+    return {
+        name: lowered[name.lower()][:MAX_KEPT_HEADER_LENGTH].replace("\x00", "")
+        for name in names
+        if lowered.get(name.lower())
+    }
 
 
 def hmac_sha256(key: bytes, message: bytes) -> bytes:
@@ -163,4 +168,7 @@ def checked_ids(delivery_id: str | None, event_type: str | None, missing: str) -
         raise InvalidDelivery(f"The delivery has no {missing}.")
     if len(delivery_id) > MAX_ID_LENGTH or len(event_type) > MAX_ID_LENGTH:
         raise InvalidDelivery(f"The delivery id and event type are at most {MAX_ID_LENGTH} characters.")
+    if "\x00" in delivery_id or "\x00" in event_type:
+        # PostgreSQL's text refuses it: a 503 would have the sender retry a delivery that can never be stored.
+        raise InvalidDelivery("The delivery id and event type cannot contain a NUL byte.")
     return delivery_id, event_type

@@ -19,7 +19,8 @@ from django.db.models.functions import Now
 from django.test import Client
 
 from events.models import Event
-from ingest import routing
+from ingest import routing, streams
+from ingest.errors import InvalidDelivery
 from ingest.models import Source
 from ingest.tests.conftest import (
     HMAC_SECRET,
@@ -229,3 +230,37 @@ def test_a_timestamped_hmac_delivery_cannot_be_resent_under_another_id_later_or_
     assert post_webhook("house", body, _timestamped_hmac(body, "b-4", now - 301)).status_code == 401
     assert post_webhook("house", body, _timestamped_hmac(body, "b-5", "\u00b2")).status_code == 401
     assert Event.objects.count() == 1
+
+
+# --- L1: bytes PostgreSQL refuses, from anyone on the network --------------------------------------
+
+
+def test_a_slug_with_a_nul_byte_answers_as_any_unknown_slug(github_source, post_webhook):
+    body = to_body(pr_payload())
+    unknown = post_webhook("no-such", body, github_headers(body))
+    for slug in ("gh%00", "a%00b", "%C2%B2"):
+        response = post_webhook(slug, body, github_headers(body))
+        assert (response.status_code, response.content) == (unknown.status_code, unknown.content)
+    assert Event.objects.count() == 0
+
+
+def test_a_signed_delivery_whose_ids_or_headers_hold_a_nul_is_400_not_503(make_source, make_route, post_webhook):
+    # 503 would have the sender retry for days a delivery that can never be stored.
+    make_route(make_source("house", "hmac"), "*", "jobs")
+    body = to_body({"type": "build.finished"})
+    for headers in (
+        hmac_headers(body, delivery="d\x00"),
+        hmac_headers(body, event="build\x00"),
+    ):
+        assert post_webhook("house", body, headers).status_code == 400
+    kept = {**hmac_headers(body, delivery="d-ok"), "User-Agent": "agent\x00x"}
+    assert post_webhook("house", body, kept).status_code == 202
+    assert "\x00" not in Event.objects.get().headers["User-Agent"]
+
+
+@pytest.mark.parametrize(
+    "fields", [{b"type": b"a\x00", b"payload": b"{}"}, {b"type": b"a", b"delivery_id": b"\x00", b"payload": b"{}"}]
+)
+def test_a_stream_entry_whose_ids_hold_a_nul_is_rejected_not_left_pending(fields):
+    with pytest.raises(InvalidDelivery, match="NUL"):
+        streams.parse_entry("orders", "1-0", fields, max_bytes=1000)
