@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from ingest.errors import InvalidDelivery, SignatureInvalid
 from todos.limits import MAX_TIMESTAMP_DIGITS
 
-# Stripe's and Standard Webhooks' replay window, both directions (a clock ahead is as suspect as behind).
+# The replay window of Stripe, Standard Webhooks and timestamped plain HMAC, both directions (a clock
+# ahead is as suspect as behind).
 TIMESTAMP_TOLERANCE_SECONDS = 300
 MAX_ID_LENGTH = 200
 MAX_KEPT_HEADER_LENGTH = 500

@@ -5,7 +5,7 @@ Two ways to sign, the sender's choice per delivery:
 
 - with ``X-Signature-Timestamp: <Unix seconds>``, the HMAC is of ``<delivery id>.<timestamp>.<body>``
   and the time must be within 300 s of ours: a captured delivery cannot be resent with a fresh id (the
-  id is signed) nor later than the tolerance (the ids of the window are remembered as events);
+  id is signed) nor after the tolerance, and resent as it was it is a redelivery (its id is stored);
 - without it, the HMAC is of the body alone (GitHub's scheme under another name): kept for senders
   written before, it can be replayed under a fresh delivery id. docs/producers.md says so; new senders
   should sign with a timestamp, or use the ``standard`` provider (Standard Webhooks, the same idea with
