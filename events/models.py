@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from events import router as event_router
@@ -36,6 +37,9 @@ class Event(models.Model):
     payload = models.JSONField(default=dict)
     headers = models.JSONField(default=dict, help_text="Provider headers worth keeping; never signatures.")
     received_at = models.DateTimeField(db_default=Now())
+    # For providers that sign only the body (GitHub): a capture resent with a fresh delivery id is known
+    # by its body (ingest/intake.py). Null for the others.
+    body_sha256 = models.CharField(max_length=64, null=True, blank=True, editable=False)
 
     objects = EventQuerySet.as_manager()
 
@@ -49,6 +53,10 @@ class Event(models.Model):
             models.Index(fields=["-received_at"], name="event_recent"),
             # The admin's type filter (newest first) and its choices (a skip scan of this index).
             models.Index(fields=["type", "-received_at"], name="event_type_recent"),
+            # A replayed body (ingest/intake.py, FIND_SAME_BODY).
+            models.Index(
+                fields=["source", "body_sha256"], condition=Q(body_sha256__isnull=False), name="event_body_sha256"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -152,7 +152,8 @@ class SourceAdmin(admin.ModelAdmin[Source]):
 
             raise PermissionDenied
         route = None
-        if (route_id := request.GET.get("route", "")).isdigit():
+        # isdigit() alone passes "²" and 5,000-digit strings, which int() refuses (a 500).
+        if (route_id := request.GET.get("route", "")).isascii() and route_id.isdigit() and len(route_id) <= 18:
             route = source.routes.filter(pk=int(route_id)).first()
         pattern = request.GET.get("pattern") or (route.event_pattern if route else "*")
         template = request.GET.get("title_template")

@@ -1,5 +1,5 @@
 """Why a delivery was refused. Like the queue's errors these know no HTTP: each carries a ``code`` that
-switchboard/api.py's STATUS_BY_CODE turns into a status (SignatureInvalid 401, UnknownSource 404,
+switchboard/api.py's STATUS_BY_CODE turns into a status (SignatureInvalid and UnknownSource 401,
 BodyTooLarge 413, InvalidDelivery 400, RoutingFailed and DeliveryBusy 503)."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ class SignatureInvalid(IngestError):
 
 
 class UnknownSource(IngestError):
-    """No active source has this slug (an inactive source answers the same, so slugs do not leak)."""
+    """No active source that takes webhooks has this slug. It answers exactly as a bad signature does
+    (ingest/views.py): a status per case would tell anyone which slugs exist."""
 
-    code = "not_found"
+    code = "unauthorized"
 
 
 class BodyTooLarge(IngestError):

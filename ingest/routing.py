@@ -1,5 +1,6 @@
 """From a stored event to its todos: match routes on the event type, render titles, create through the
-queue's one door (todos/queue/) with the idempotency key ``<delivery_id>:<route id>``.
+queue's one door (todos/queue/) with the idempotency key ``ingest:<delivery_id>:<route id>`` (a
+prefix agents may not use: todos/models.py, SYSTEM_KEY_PREFIXES).
 
 Running the routes twice for one event is safe by construction: a todo that can still run holds its
 key, so a second run returns it (created=False); a done or dead-lettered one has freed its key, so a
@@ -79,6 +80,13 @@ def render_title(template: str, payload: Any, *, max_length: int = TITLE_MAX_LEN
     return _CONTROL.sub(" ", rendered).strip()[:max_length]
 
 
+def route_key(delivery_id: str, route_id: int) -> str:
+    """A route todo's idempotency key. The ``ingest:`` prefix is refused from agents: without it an agent
+    could create ``<delivery>:<route>`` before a predictable delivery came, and the delivery would find
+    that todo (created=False) instead of making its own."""
+    return f"ingest:{delivery_id}:{route_id}"
+
+
 @dataclass(frozen=True)
 class Routed:
     todo: Todo
@@ -106,7 +114,7 @@ def route_event(event: Event, routes: Iterable[Route], *, traceparent: str | Non
                 title=render_title(route.title_template, event.payload),
                 payload=event.payload,
                 source=event.source,
-                idempotency_key=f"{event.delivery_id}:{route.id}",
+                idempotency_key=route_key(event.delivery_id, route.id),
                 assignee=route.assignee or None,
                 max_attempts=route.max_attempts,
                 event_id=event.id,

@@ -103,6 +103,9 @@ def parse_entry(stream: str, entry_id: str, fields: Fields | None, *, max_bytes:
     delivery_id = _text(fields, b"delivery_id") or f"{stream}:{entry_id}"
     if len(delivery_id) > MAX_ID_LENGTH or len(event_type) > MAX_ID_LENGTH:
         raise InvalidDelivery(f"The delivery id and type are at most {MAX_ID_LENGTH} characters.")
+    if "\x00" in delivery_id or "\x00" in event_type:
+        # PostgreSQL's text refuses it: left pending, the entry would be retried for ever.
+        raise InvalidDelivery("The delivery id and type cannot contain a NUL byte.")
     raw_payload = fields.get(b"payload")
     if raw_payload is None:
         raise InvalidDelivery("The entry has no payload field (send {} for an event without data).")

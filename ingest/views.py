@@ -1,15 +1,19 @@
 """The webhook receiver: POST /ingest/<slug>/. No token: the provider's signature is the authentication.
 
-Order (each step refuses before the next costs anything): body size (413), source (404), signature
-(401), JSON (400), then one transaction for the event and its todos; 202 (or 200 for a redelivery)
-only after the commit. A database failure answers 503 so the provider retries; nothing is half-stored.
+Order (each step refuses before the next costs anything): body size (413), source and signature (401,
+one answer for both: an unknown or inactive slug is "verified" against a decoy key, so neither the body
+nor the timing of the refusal tells which slugs exist), JSON (400), then one transaction for the event
+and its todos; 202 (or 200 for a redelivery) only after the commit. A database failure answers 503 so
+the provider retries; nothing is half-stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from django.conf import settings
+from django.core.validators import slug_re
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -53,8 +57,15 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
+# The one refusal an unauthenticated sender sees, whatever the reason (no source, an inactive one, a
+# missing, malformed, wrong or stale signature): the reason goes to the log, never to the sender.
+NOT_AUTHENTIC = "The delivery is not signed by this source's secret, or the source does not exist."
+
+
 def _error(exc: IngestError) -> JsonResponse:
     status = STATUS_BY_CODE[exc.code]
+    if isinstance(exc, SignatureInvalid | UnknownSource):
+        return JsonResponse(error_body(exc.code, NOT_AUTHENTIC), status=status)
     headers = {"Retry-After": "1"} if status == 503 else None
     return JsonResponse(error_body(exc.code, exc.detail, **exc.extra), status=status, headers=headers)
 
@@ -71,10 +82,12 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
     source = None
     try:
         raw_body = _read_body(request, settings.INGEST_MAX_BODY_BYTES)
-        source = Source.objects.filter(slug=slug, is_active=True).first()
+        # A slug no source can have (a NUL byte, which PostgreSQL's text refuses) is unknown without a query.
+        source = Source.objects.filter(slug=slug, is_active=True).first() if slug_re.fullmatch(slug) else None
         provider = providers.PROVIDERS.get(source.provider) if source is not None else None
         # A pull-only source (its provider verifies nothing) answers as if it did not exist.
         if source is None or provider is None or not provider.accepts_webhooks:
+            providers.verify_nothing(raw_body)
             raise UnknownSource(f"No active source {slug!r}.")
         verified = provider.authenticate(raw_body, request.headers, source.secrets())
         payload = intake.parse_payload(provider.json_text(raw_body, request.content_type or ""))
@@ -87,6 +100,7 @@ def receive(request: HttpRequest, slug: str) -> JsonResponse:
             headers=verified.headers,
             routes=list(source.routes.filter(is_active=True).order_by("id")),
             traceparent=request.headers.get("traceparent"),
+            body_sha256=hashlib.sha256(raw_body).hexdigest() if provider.dedupes_bodies else None,
         )
     except IngestError as exc:
         logger.warning("ingest rejected source=%r reason=%s: %s", slug, exc.code, exc.detail)

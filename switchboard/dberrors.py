@@ -10,7 +10,9 @@ text): the API's answers (switchboard/api.py, MCP, ingest), the statement runner
   (``retrying_once``); otherwise 503.
 - ``TIMEOUT``: a statement, lock or idle timeout (or a cancel). 503 ``timeout``.
 - ``BROKEN``: everything else (bad data, a missing table, a refused password): running it again
-  changes nothing. A request answers 500; the reaper exits after a few sweeps.
+  changes nothing. A request answers 500; the reaper exits after a few sweeps. Except a value the
+  request itself carried that PostgreSQL refuses (a NUL byte, a number out of range: ``refused_value``),
+  which the API answers 400 ``invalid``.
 
 ``describe`` gives the SQLSTATE and the server's primary message, never the statement or its
 parameters, so it is safe to log.
@@ -132,3 +134,20 @@ def error_answer(exc: BaseException) -> tuple[str, str] | None:
     if failure is Failure.CONTENTION:
         return "unavailable", "The database aborted the work to resolve a conflict; retry shortly."
     return "unavailable", "The database is unavailable; retry shortly."
+
+
+# The data exceptions (class 22) a request's own value causes: untranslatable_character (\u0000 or a lone
+# surrogate in jsonb), character_not_in_repertoire, numeric_value_out_of_range, datetime_field_overflow.
+# Not invalid_text_representation (22P02): a cast of the wrong text is as often our bug, and stays a 500.
+_REFUSED_VALUE_STATES = {"22P05", "22021", "22003", "22008"}
+
+
+def refused_value(exc: BaseException) -> bool:
+    """A value the request carried that PostgreSQL cannot take: a NUL byte in text (psycopg refuses it
+    before sending: a DataError with no SQLSTATE), or one of _REFUSED_VALUE_STATES. Bad input, not an
+    outage: the API answers 400 rather than a 500 (logged, in case a check upstream is missing)."""
+    pg = driver_error(exc)
+    if isinstance(pg, psycopg.DataError) and (pg.sqlstate is None or pg.sqlstate in _REFUSED_VALUE_STATES):
+        logger.warning("database refused a value: %s", describe(exc))
+        return True
+    return False

@@ -94,5 +94,8 @@ def logging_config(log_format: str, level: str) -> dict[str, Any]:
             "django.request": {"level": "ERROR"},
             # Query logging would print parameters (payloads); never below INFO.
             "django.db.backends": {"level": "INFO"},
+            # The MCP SDK logs whole JSON-RPC messages at DEBUG (arguments, payloads, lease ids, waitpoint
+            # tokens); never below INFO either, whatever LOG_LEVEL says.
+            "mcp": {"level": "INFO"},
         },
     }

@@ -39,7 +39,7 @@ INGEST_OUTCOMES = (
     "accepted",
     "duplicate",
     "rejected_signature",  # missing, wrong or stale signature (401)
-    "rejected_unknown_source",  # no active source with that slug (404)
+    "rejected_unknown_source",  # no active source with that slug (401, as a bad signature)
     "rejected_too_large",  # 413
     "rejected_invalid",  # authentic but unusable: not JSON, no delivery id or type (400)
     "failed",  # our side (database, a misconfigured route): 503, the provider retries

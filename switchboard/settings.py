@@ -240,6 +240,10 @@ MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=100
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)
+# GitHub signs only the body, so a captured delivery resent with a fresh X-GitHub-Delivery verifies:
+# within this many seconds of the first, a delivery whose body is byte for byte the same as an earlier
+# one of its source is answered as a redelivery (200, duplicate) and makes nothing. 0 turns it off.
+INGEST_REPLAY_WINDOW_SECONDS = env.int("INGEST_REPLAY_WINDOW_SECONDS", default=30 * 24 * 3600)
 
 # --- Ingest (Redis Streams: manage.py consume_stream) ---------------------------------------------
 # The Redis the consumer reads from when --redis-url is not given (an environment variable keeps a

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
 from todos.limits import MAX_FAIR_KEY_CHARS, MAX_FAIR_WEIGHTS_KEYS, MAX_QUEUE_LIMIT
-from todos.models import Agent, visible_patterns
+from todos.models import QUEUE_NAME_RE, Agent, visible_patterns
 from todos.rows import fetchall
 
 # NUL and lone surrogates: jsonb refuses the one, UTF-8 cannot encode the other (a 500 either way).
@@ -63,7 +63,11 @@ def describe_limits(queue: Any) -> str:
 
 
 def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> QueueControls:
-    rows = fetchall(statement, {"name": name, "visible": visible_patterns(agent), **params})
+    # A name no queue can have (a NUL byte from the URL, which PostgreSQL's text refuses) is not found
+    # without a query, as an id of the wrong shape is.
+    rows = (
+        fetchall(statement, {"name": name, "visible": visible_patterns(agent), **params}) if _queue_name(name) else []
+    )
     if not rows:
         # 404, as for any missing resource in the URL (a 400 would blame the body); its JSON names the queue
         # as a 400 names a field, so a client tells "no such queue" from a bad value the same way.
@@ -73,6 +77,10 @@ def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> Queue
     if isinstance(row[6], str):  # Django's cursor hands jsonb over as text (its JSONField decodes it)
         row[6] = json.loads(row[6])
     return QueueControls(*row)
+
+
+def _queue_name(name: str) -> bool:
+    return QUEUE_NAME_RE.fullmatch(name) is not None
 
 
 def get(name: str, *, agent: Agent | None = None) -> QueueControls:

@@ -74,3 +74,20 @@ def max_queues_per_create_scope() -> int:
     fan-out of queue names (one per repository, per customer tier) and small enough to keep those cheap.
     Existing queues, exact-name scopes, staff and the system (routes, schedules) are never limited."""
     return int(settings.MAX_QUEUES_PER_CREATE_SCOPE)
+
+
+# --- Webhooks and input checks (issue 28: ingest) ---------------------------------------------------
+
+
+def ingest_replay_window_seconds() -> int:
+    """How long a body-only-signed delivery's body is remembered (settings.INGEST_REPLAY_WINDOW_SECONDS,
+    30 days): a capture resent with a fresh delivery id inside it is a duplicate. Ten times GitHub's
+    3-day redelivery horizon, and the check is one index probe per delivery whatever the window, so the
+    only cost of a long one is a legitimate identical body (in practice a repeated GitHub ping) being
+    answered as the first."""
+    return int(settings.INGEST_REPLAY_WINDOW_SECONDS)
+
+
+# Signature timestamps (Stripe's t=, Standard Webhooks' and plain HMAC's): a Unix time in seconds has 10
+# digits until 2286; 12 leaves room, and keeps int() away from inputs thousands of digits long.
+MAX_TIMESTAMP_DIGITS = 12

@@ -98,6 +98,25 @@ class TodoQuerySet(models.QuerySet["Todo"]):
 # revives a todo reads a violation of it, by name, as "the key is taken" (todos/rows.py).
 RUNNABLE_KEY_CONSTRAINT = "todo_runnable_idempotency_key"
 
+# Idempotency keys the system makes: a webhook route's todo (ingest/routing.py, ``ingest:<delivery id>:
+# <route id>``) and a schedule's tick (todos/schedules.py, ``schedule:<name>:<tick>``). Both can be
+# predicted, so an agent that could create a todo under one first would have the real delivery or tick
+# find it and make nothing (security-review L3). Agents may not use them; the system's creates do not
+# go through the validator.
+SYSTEM_KEY_PREFIXES = ("ingest:", "schedule:")
+
+
+def is_system_key(key: str | None) -> bool:
+    return key is not None and key.startswith(SYSTEM_KEY_PREFIXES)
+
+
+def validate_caller_idempotency_key(value: str) -> None:
+    if is_system_key(value):
+        raise ValidationError(
+            f"Keys starting with {' or '.join(repr(p) for p in SYSTEM_KEY_PREFIXES)} are reserved for the todos "
+            "of webhook routes and schedules."
+        )
+
 
 # The triage view groups dead-letters by their last error's first this many characters: enough to tell
 # "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end

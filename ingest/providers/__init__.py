@@ -9,9 +9,9 @@ and the admin all read ``PROVIDERS``.
 from __future__ import annotations
 
 from ingest.providers import github, hmac, standard, stream, stripe
-from ingest.providers.base import Provider, Verified
+from ingest.providers.base import Provider, Verified, verify_nothing
 
-__all__ = ["PROVIDERS", "Provider", "Verified", "choices", "get"]
+__all__ = ["PROVIDERS", "Provider", "Verified", "choices", "get", "verify_nothing"]
 
 PROVIDERS: dict[str, Provider] = {
     p.name: p for p in (github.PROVIDER, stripe.PROVIDER, standard.PROVIDER, hmac.PROVIDER, stream.PROVIDER)

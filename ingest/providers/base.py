@@ -18,11 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ingest.errors import InvalidDelivery, SignatureInvalid
+from todos.limits import MAX_TIMESTAMP_DIGITS
 
-# Stripe's and Standard Webhooks' replay window, both directions (a clock ahead is as suspect as behind).
+# The replay window of Stripe, Standard Webhooks and timestamped plain HMAC, both directions (a clock
+# ahead is as suspect as behind).
 TIMESTAMP_TOLERANCE_SECONDS = 300
 MAX_ID_LENGTH = 200
 MAX_KEPT_HEADER_LENGTH = 500
+# What a slug without a source is "verified" with: a refusal then costs what a wrong signature costs.
+_DECOY_KEY = secrets_module.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,10 @@ class Provider:
     new_secret: Callable[[], str] = token_secret
     # Raises ValueError for a secret this provider cannot use (the admin form and add_source refuse it).
     check_secret: Callable[[str], None] = any_secret
+    # The signature covers the body alone (no id, no time): a captured delivery resent with a fresh
+    # delivery id would verify, so a body seen within the replay window is a duplicate (ingest/intake.py).
+    # Only for senders whose distinct events never share a body (GitHub's carry ids and times).
+    dedupes_bodies: bool = False
 
     @property
     def accepts_webhooks(self) -> bool:
@@ -98,7 +106,12 @@ def lower(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def kept(names: tuple[str, ...], lowered: dict[str, str]) -> dict[str, str]:
-    return {name: lowered[name.lower()][:MAX_KEPT_HEADER_LENGTH] for name in names if lowered.get(name.lower())}
+    # Without NUL bytes: jsonb refuses \u0000, and a header not worth refusing a delivery for.
+    return {
+        name: lowered[name.lower()][:MAX_KEPT_HEADER_LENGTH].replace("\x00", "")
+        for name in names
+        if lowered.get(name.lower())
+    }
 
 
 def hmac_sha256(key: bytes, message: bytes) -> bytes:
@@ -123,6 +136,21 @@ def sha256_hex_header(raw_body: bytes, given: str | None, secrets: list[str], he
     raise SignatureInvalid(f"The {header} signature does not match.")
 
 
+def verify_nothing(raw_body: bytes) -> None:
+    """The work of a signature that fails, for a slug with no source that takes webhooks: one
+    HMAC-SHA256 of the body and a constant-time compare, so neither the answer nor its timing tells an
+    unknown slug from a known one with a wrong signature."""
+    hmac.compare_digest(hmac_sha256(_DECOY_KEY, raw_body), _DECOY_KEY)
+
+
+def parse_timestamp(value: str | None, header: str) -> int:
+    """A signature header's Unix time. ``str.isdigit`` alone would pass "²" and 5,000-digit strings,
+    which ``int()`` then refuses with a ValueError (a 500): only short ASCII digit strings are times."""
+    if not value or not (value.isascii() and value.isdigit() and len(value) <= MAX_TIMESTAMP_DIGITS):
+        raise SignatureInvalid(f"Missing or malformed {header} timestamp.")
+    return int(value)
+
+
 def check_timestamp(timestamp: int, now: float | None) -> None:
     # The sender's clock against this server's wall clock, as the providers' own libraries compare it:
     # a replay window, not a queue guard (those use the database's now(), SPEC decision 7).
@@ -141,4 +169,7 @@ def checked_ids(delivery_id: str | None, event_type: str | None, missing: str) -
         raise InvalidDelivery(f"The delivery has no {missing}.")
     if len(delivery_id) > MAX_ID_LENGTH or len(event_type) > MAX_ID_LENGTH:
         raise InvalidDelivery(f"The delivery id and event type are at most {MAX_ID_LENGTH} characters.")
+    if "\x00" in delivery_id or "\x00" in event_type:
+        # PostgreSQL's text refuses it: a 503 would have the sender retry a delivery that can never be stored.
+        raise InvalidDelivery("The delivery id and event type cannot contain a NUL byte.")
     return delivery_id, event_type

@@ -64,4 +64,5 @@ PROVIDER = Provider(
     identify=identify,
     kept_headers=KEPT_HEADERS,
     json_text=json_text,
+    dedupes_bodies=True,
 )

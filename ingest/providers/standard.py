@@ -12,7 +12,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingest.errors import SignatureInvalid
-from ingest.providers.base import Provider, Verified, check_timestamp, checked_ids, hmac_sha256, kept, lower, text
+from ingest.providers.base import (
+    Provider,
+    Verified,
+    check_timestamp,
+    checked_ids,
+    hmac_sha256,
+    kept,
+    lower,
+    parse_timestamp,
+    text,
+)
 
 KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "User-Agent", "Content-Type")
 
@@ -33,9 +43,9 @@ def standard_key(secret: str) -> bytes:
 def verify(raw_body: bytes, headers: Mapping[str, str], secrets: list[str], *, now: float | None = None) -> Verified:
     h = lower(headers)
     msg_id, timestamp, signatures = h.get("webhook-id"), h.get("webhook-timestamp"), h.get("webhook-signature")
-    if not (msg_id and timestamp and signatures) or not timestamp.isdigit():
+    if not (msg_id and timestamp and signatures):
         raise SignatureInvalid("Missing or malformed webhook-id, webhook-timestamp or webhook-signature header.")
-    check_timestamp(int(timestamp), now)
+    check_timestamp(parse_timestamp(timestamp, "webhook-timestamp"), now)
     candidates: list[bytes] = []
     for versioned in signatures.split(" "):
         version, _, encoded = versioned.partition(",")

@@ -18,6 +18,7 @@ from ingest.providers.base import (
     hmac_sha256,
     kept,
     lower,
+    parse_timestamp,
     text,
 )
 
@@ -34,9 +35,9 @@ def verify(raw_body: bytes, headers: Mapping[str, str], secrets: list[str], *, n
             timestamp = value
         elif key == "v1":  # v0 and any other scheme are ignored, as Stripe's own libraries do
             candidates.append(ascii_bytes(value))
-    if timestamp is None or not timestamp.isdigit() or not candidates:
+    if timestamp is None or not candidates:
         raise SignatureInvalid("Missing or malformed Stripe-Signature header.")
-    check_timestamp(int(timestamp), now)
+    check_timestamp(parse_timestamp(timestamp, "Stripe-Signature"), now)
     signed = timestamp.encode() + b"." + raw_body
     for secret in secrets:
         # Stripe keys the HMAC with the whole "whsec_..." string, not a decoding of it.

@@ -28,7 +28,7 @@ def test_receive_counts_accepted_duplicate_and_rejected_deliveries(github_source
     assert post_webhook("gh", body, github_headers(body, secret="wrong")).status_code == 401
     not_json = b"not json"
     assert post_webhook("gh", not_json, github_headers(not_json)).status_code == 400
-    assert post_webhook("no-such-source", body, headers).status_code == 404
+    assert post_webhook("no-such-source", body, headers).status_code == 401
     settings.INGEST_MAX_BODY_BYTES = 10
     assert post_webhook("gh", body, headers).status_code == 413
     assert {key: _count(*key) - before[key] for key in outcomes} == dict.fromkeys(outcomes, 1)

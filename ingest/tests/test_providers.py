@@ -127,11 +127,11 @@ def test_a_new_provider_is_offered_by_the_admin_form(registered, admin_client):
     assert '<option value="toy">Toy (X-Toy-Token)</option>' in body
 
 
-def test_a_webhook_post_to_a_pull_only_source_is_404_and_stores_nothing(registered, db, client):
+def test_a_webhook_post_to_a_pull_only_source_is_401_and_stores_nothing(registered, db, client):
     Source.objects.create(slug="entries", provider="pulled", secret="unused-by-pulls")
     response = client.post("/ingest/entries/", data=b'{"kind": "x"}', content_type="application/json")
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
     assert Event.objects.count() == 0 and Todo.objects.count() == 0
 
 

@@ -110,7 +110,7 @@ def test_consume_stream_makes_one_event_per_delivery_and_acks_the_duplicates(red
     assert Todo.objects.filter(queue="audit").count() == 30  # order.created only
     todo = Todo.objects.get(queue="orders", event__delivery_id="ord-4")
     route = stream_source.routes.get(queue="orders")
-    assert (todo.title, todo.kind, todo.idempotency_key) == ("Order 4", "fulfil", f"ord-4:{route.id}")
+    assert (todo.title, todo.kind, todo.idempotency_key) == ("Order 4", "fulfil", f"ingest:ord-4:{route.id}")
     shipped = Event.objects.filter(type="order.shipped").order_by("delivery_id").first()
     assert shipped is not None and shipped.delivery_id.startswith(f"{STREAM}:")
     assert shipped.headers["stream"] == STREAM and shipped.headers["entry_id"] == shipped.delivery_id.split(":", 1)[1]
@@ -257,8 +257,8 @@ def test_consume_stream_refuses_a_source_that_is_not_a_stream(redis_server, make
 @pytest.mark.django_db
 def test_a_webhook_post_to_a_stream_source_is_refused_and_stores_nothing(stream_source, post_webhook):
     response = post_webhook("orders-stream", b'{"type": "order.created"}', {"X-Signature-256": "sha256=00"})
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
     assert Event.objects.count() == 0
 
 

@@ -27,6 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from switchboard.admin_tools import staff_user_id
+from switchboard.ids import TODO, is_id
 from todos.admin.ops import OPS, Outcome, apply
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def _running_totals(request: HttpRequest) -> Outcome:
         skipped = json.loads(request.POST.get("skipped", "{}") or "{}")
         totals = Outcome(succeeded=succeeded)
         totals.skipped.update({str(k): int(v) for k, v in skipped.items()})
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):  # RecursionError: JSON nested too deep
         return Outcome()
     return totals
 
@@ -87,8 +88,12 @@ def bulk_view(model_admin: TodoAdmin, request: HttpRequest, op_name: str) -> Htt
         context["estimate_rough"] = cl.paginator.count_is_estimate
         return TemplateResponse(request, "admin/todos/todo/bulk_confirm.html", context)
 
-    note = request.POST.get("note", "")[:1000]
+    # The form's own values come back from the browser: a NUL (which PostgreSQL's text refuses) or a
+    # position that is not an id starts again from the first todo, as malformed totals do.
+    note = request.POST.get("note", "")[:1000].replace("\x00", "")
     after = request.POST.get("after", "")
+    if after and not is_id(after, TODO):
+        after = ""
     totals = _running_totals(request)
     started = time.monotonic()
     handled = 0

@@ -52,6 +52,8 @@ from todos.models import (
     Schedule,
     Todo,
     TodoState,
+    is_system_key,
+    validate_caller_idempotency_key,
     validate_queue_name,
 )
 from todos.queue import TodoRef
@@ -300,7 +302,15 @@ class TodoCreateInput(StrictInput):
     payload = BoundedJSONField(required=False, default=dict)
     # Named like Field.source; the metaclass takes it off the class (see TodoSerializer.errors).
     source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")  # type: ignore[assignment]
-    idempotency_key = serializers.CharField(max_length=300, required=False, allow_null=True, default=None)
+    idempotency_key = serializers.CharField(
+        max_length=300,
+        required=False,
+        allow_null=True,
+        default=None,
+        validators=[validate_caller_idempotency_key],
+        help_text="Same key, same queue, while that todo can still run: that todo, not a new one. Keys starting "
+        "`ingest:` or `schedule:` are the system's (400).",
+    )
     assignee = serializers.CharField(
         max_length=100, required=False, allow_null=True, default=None, help_text="Only this agent may claim it."
     )
@@ -446,10 +456,12 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
     )
     index = _bounds(fields["depends_on_index"].child)  # type: ignore[attr-defined]
     dependency = _plain_text(fields["depends_on"].child)  # type: ignore[attr-defined]
+    key = _plain_text(fields["idempotency_key"])  # type: ignore[arg-type]
     policies = set(fields["on_dependency_failure"].choices)  # type: ignore[attr-defined]
     rules |= {
         # fullmatch: the pattern's $ would let a trailing newline through, which DRF trims first
         "queue": lambda v: isinstance(v, str) and QUEUE_NAME_RE.fullmatch(v) is not None,
+        "idempotency_key": lambda v: key(v) and not is_system_key(v),
         "payload": _plain_payload,
         "max_attempts": lambda v: v is None or _plain_int(v, *attempts),
         "priority": lambda v: _plain_int(v, *priority),

@@ -96,7 +96,7 @@ SELECT n.name FROM unnest(%(names)s::text[]) AS n(name)
 WHERE NOT EXISTS (SELECT FROM todos_queue q WHERE q.name = n.name)
 """
 
-# Before an agent's create adds queues under its glob create scopes (todos/queue.py _admit_new_queues): in
+# Before an agent's create adds queues under its glob create scopes (todos/queue/new_queues.py, admit_new_queues): in
 # the create's transaction, one transaction-level advisory lock per glob, in the globs' order (so two
 # creates never wait for each other crosswise), held until the create commits. Two creates adding queues
 # under the same glob therefore take turns, and the second one's next statement counts the first one's

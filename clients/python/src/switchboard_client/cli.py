@@ -177,7 +177,11 @@ def _limit_arg(text: str) -> float | None:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help=f"server URL (SWITCHBOARD_URL; default {DEFAULT_URL})")
-    common.add_argument("--token", help="API token (SWITCHBOARD_TOKEN)")
+    common.add_argument(
+        "--token",
+        help="API token; prefer SWITCHBOARD_TOKEN: a flag is visible to every user in the process list and "
+        "stays in shell history",
+    )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
     parser = argparse.ArgumentParser(
         prog="switchboard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, parents=[common]
@@ -541,8 +545,17 @@ def _explain(exc: SwitchboardError, client: Client) -> tuple[str, int]:
     return str(exc), ERROR
 
 
+VISIBLE_FLAG_WARNING = (
+    "switchboard: warning: --token is visible to other users (ps) and kept in shell history; "
+    "set SWITCHBOARD_TOKEN instead"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.token:
+        # ps shows every process's arguments to every user of the machine: an agent's token there is taken.
+        print(VISIBLE_FLAG_WARNING, file=sys.stderr)
     out = Output(args.json)
     client = Client(args.url, args.token)
     try:
