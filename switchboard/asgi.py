@@ -82,8 +82,8 @@ class PooledASGIHandler(ASGIHandler):
             await executor.run_raw(error_response.close)
             return
         try:
-            view = self._async_view(request)
-            if view is None:
+            match = self._async_match(request)
+            if match is None:
                 response = await executor.run_raw(functools.partial(self._respond, request, scope))
                 try:
                     await self.send_response(response, send)
@@ -91,7 +91,8 @@ class PooledASGIHandler(ASGIHandler):
                     if response.streaming:  # closed after its body was sent
                         await executor.run_raw(response.close)
                 return
-            request._switchboard_view = view  # type: ignore[attr-defined]  # see resolve_request
+            # Resolved once: Django's async chain asks resolve_request again and gets this match.
+            request.resolver_match = match
             await self._handle_async(request, scope, receive, send)
         finally:
             body_file.close()
@@ -144,16 +145,14 @@ class PooledASGIHandler(ASGIHandler):
             await executor.run_raw(response.close)
 
     def resolve_request(self, request: HttpRequest) -> ResolverMatch:
-        # The async chain resolves the path again: it must call the view picked in handle().
-        match = super().resolve_request(request)
-        view = getattr(request, "_switchboard_view", None)
-        if view is not None:
-            match.func = view
-        return match
+        # handle() resolved a request it sends down the async chain already (with the view it picked).
+        return request.resolver_match or super().resolve_request(request)
 
     @staticmethod
-    def _async_view(request: HttpRequest) -> Any:
-        """The coroutine view that serves ``request`` on the loop, or None for the sync path."""
+    def _async_match(request: HttpRequest) -> ResolverMatch | None:
+        """How ``request`` is served on the loop: its URL's match with the coroutine view to call, or None
+        for the sync path. A view class serves some requests on the loop by declaring ``waiting_view`` (a
+        coroutine) and ``runs_async(request)`` (todos/api/views.py: the long-poll and the await)."""
         try:
             match = resolve(request.path_info)
         except Resolver404:
@@ -161,8 +160,11 @@ class PooledASGIHandler(ASGIHandler):
         cls = getattr(match.func, "cls", None)
         waiting_view = getattr(cls, "waiting_view", None)
         if waiting_view is not None:
-            return waiting_view if cls.runs_async(request) else None  # type: ignore[union-attr]
-        return match.func if iscoroutinefunction(match.func) else None
+            if not cls.runs_async(request):  # type: ignore[union-attr]
+                return None
+            match.func = waiting_view
+            return match
+        return match if iscoroutinefunction(match.func) else None
 
 
 django.setup(set_prefix=False)
