@@ -14,6 +14,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from todos import budgets
 from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, hash_token
 
@@ -141,6 +142,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         if token is None:
             return None
         agent = agent_for_token(token)
+        budgets.request_rate.charge(agent)
         return AgentPrincipal(agent), agent
 
     def authenticate_header(self, request: Request) -> str:

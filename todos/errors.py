@@ -58,3 +58,13 @@ class PayloadTooLarge(QueueError):
     """A JSON value (a todo's payload, a completion's result) is over MAX_PAYLOAD_BYTES."""
 
     code = "too_large"
+
+
+class BudgetExceeded(QueueError):
+    """An agent is over one of its budgets (todos/budgets.py): 429, naming the setting that bounds it, and
+    when to try again (``retry_after`` seconds, also the Retry-After header)."""
+
+    code = "throttled"
+
+    def __init__(self, detail: str, *, limit: str, retry_after: int) -> None:
+        super().__init__(detail, limit=limit, retry_after=retry_after)

@@ -6,3 +6,32 @@ rest of the code never reaches into settings for a limit.
 """
 
 from __future__ import annotations
+
+from django.conf import settings
+
+# --- Per-agent budgets of server resources (issue 28, M3) -------------------------------------------
+# Each is read on every use, so a test (or a settings override) changes it at once. All are per web
+# process: todos/budgets.py says why.
+
+
+def max_waits_per_agent() -> int:
+    """Long-polls and awaits one agent may have open in one process (AGENT_MAX_WAITS, default 100: a
+    worker fleet sharing one token runs tens of long-polls; a hundred leaves room, while 10,000 of them
+    would cost the process's wake-ups and the awaits' shared read). 0: no cap."""
+    return int(settings.AGENT_MAX_WAITS)
+
+
+def agent_rate_per_second() -> float:
+    """Requests a second per agent token and process (AGENT_RATE_PER_SECOND, default 1000: far above a
+    worker's pace, about what one process serves, so one token cannot take a process alone). 0: off."""
+    return float(settings.AGENT_RATE_PER_SECOND)
+
+
+def agent_rate_burst() -> int:
+    """The token bucket's size (AGENT_RATE_BURST, default 2000: two seconds at the default rate)."""
+    return max(1, int(settings.AGENT_RATE_BURST))
+
+
+# Seconds a client refused for too many open waits is told to wait (Retry-After): a wait lasts at most
+# 20 s, and most end sooner, when work comes.
+WAIT_SLOT_RETRY_AFTER_SECONDS = 1

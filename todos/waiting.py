@@ -39,7 +39,7 @@ from typing import Any
 from django.conf import settings
 
 from switchboard import executor
-from todos import queue, selectors
+from todos import budgets, queue, selectors
 from todos.errors import QueueError
 from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, Todo
@@ -406,6 +406,9 @@ async def claim_next_waiting(
         listener._ensure_running()
     # Registered before the first claim, so a NOTIFY that lands between that claim and the wait is kept.
     waiter = Waiter(agent.claim_scopes, queues, key)
+    # One of the agent's open waits (todos/budgets.py): refused (429) before anything is registered, given
+    # back in the finally below, which every way out passes (work, timeout, the client gone, an error).
+    budgets.wait_slots.take(agent)
     waiters.add(waiter)
     try:
         first = True
@@ -456,6 +459,7 @@ async def claim_next_waiting(
                 waiter.awake = True
     finally:
         waiters.remove(waiter)
+        budgets.wait_slots.give_back(agent)
 
 
 # --- ASGI lifespan (settings.ASGI_LIFESPAN) -------------------------------------------------------

@@ -19,8 +19,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from switchboard import executor, ids
-from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, awaiting, controls, queue, selectors, states, tracing, waiting
+from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
+from todos import auth, awaiting, budgets, controls, queue, selectors, states, tracing, waiting
 from todos.api import schema as docs
 from todos.api.serializers import (
     MAX_CREATE_BATCH,
@@ -145,7 +145,9 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         selectors.show_awaited(page or [])
-        return self.get_paginated_response(TodoSerializer(page, many=True).data)
+        assert isinstance(self.paginator, CreatedCursorPagination)
+        # Whole todos are heavy (payload, result, checkpoint, resolution): the page stops at a byte budget.
+        return self.get_paginated_response(self.paginator.within_bytes(lambda todo: TodoSerializer(todo).data))
 
     @extend_schema(
         operation_id="todos_create",
@@ -188,6 +190,7 @@ class _WaitsOnTheLoop(APIView):
         if token is not None:
             cached = auth.token_cache.cached(hash_token(token))
             agent = cached if cached is not None else await executor.run(auth.agent_for_token, token)
+            budgets.request_rate.charge(agent)
         else:
             agent = await executor.run(self._session_caller, request)
         request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
