@@ -20,7 +20,7 @@ from bench.aio_http import Connection
 from todos import queue
 from todos.models import Agent, Todo
 from todos.tests.conftest import Api
-from todos.tests.gunicorn_live import Server
+from todos.tests.gunicorn_live import Server, worker_pids
 
 CLAIM = "/api/v1/todos/claim/"
 
@@ -189,3 +189,38 @@ def test_an_agent_over_its_open_long_polls_and_awaits_gets_429_and_every_way_out
             conn.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+# --- the watchdog ---------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_pool_saturated_by_slow_requests_that_finish_is_not_restarted_by_the_watchdog(
+    start_server: Callable[..., Server],
+) -> None:
+    """One agent's flood of slow requests queues far more work than the pool's threads: a probe queued
+    behind it waited past the window, and the watchdog killed the process (every long-poll with it). The
+    pool is moving, so the process must live. (A pool that finishes nothing still ends it:
+    test_request_path_server.py's stall test.)"""
+    window = 3.0
+    server = start_server(workers=1, env={"SWITCHBOARD_TEST_HOOKS": "1", "WATCHDOG_SECONDS": str(window)})
+    [worker] = worker_pids(server.proc.pid)
+    # 80 clients of 0.5 s requests on 8 threads: each waits about 5 s in the queue, past the window.
+    clients, seconds, until = 80, 0.5, time.monotonic() + 4 * window
+    answered: list[int] = []
+
+    async def client() -> None:
+        conn = await Connection(server.base).open()
+        try:
+            while time.monotonic() < until:
+                status, _ = await asyncio.wait_for(conn.request("GET", f"/_test/busy?seconds={seconds}"), 30)
+                answered.append(status)
+        finally:
+            conn.close()
+
+    async def flood() -> None:
+        await asyncio.gather(*(client() for _ in range(clients)))
+
+    asyncio.run(flood())
+    assert worker_pids(server.proc.pid) == {worker}, server.output()
+    assert "request path stuck" not in server.output(tail=10**7)
+    assert set(answered) == {200} and len(answered) >= clients
