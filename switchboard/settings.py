@@ -248,6 +248,14 @@ AGENT_RATE_BURST = env.int("AGENT_RATE_BURST", default=2000)
 # cursor goes on after its last row); at least one row is always sent.
 API_PAGE_MAX_BYTES = env.int("API_PAGE_MAX_BYTES", default=4 * 1024 * 1024)
 
+# --- The operator console's login (issue 28, L6) ------------------------------------------------
+# Failed logins to /admin/ are counted per user name and per client address, in PostgreSQL
+# (todos/admin/login.py): past either limit within ADMIN_LOGIN_LOCKOUT_SECONDS, that name or address may
+# not log in until the lockout ends. Read through todos/limits.py.
+ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
+ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
+ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", default=900)
+
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)

@@ -35,3 +35,24 @@ def agent_rate_burst() -> int:
 # Seconds a client refused for too many open waits is told to wait (Retry-After): a wait lasts at most
 # 20 s, and most end sooner, when work comes.
 WAIT_SLOT_RETRY_AFTER_SECONDS = 1
+
+
+# --- The operator console's login (issue 28, L6) -------------------------------------------------------
+
+
+def admin_login_max_failures() -> int:
+    """Failed logins to one user name before it is locked (ADMIN_LOGIN_MAX_FAILURES, default 5: a person
+    mistypes a password two or three times; a guesser needs millions of tries, and gets 5 a lockout)."""
+    return max(1, int(settings.ADMIN_LOGIN_MAX_FAILURES))
+
+
+def admin_login_max_failures_per_address() -> int:
+    """Failed logins from one client address, whatever the names (ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS,
+    default 30: several people behind one office NAT, each mistyping; a sprayer of names is stopped)."""
+    return max(1, int(settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS))
+
+
+def admin_login_lockout_seconds() -> int:
+    """How long failures are counted, and how long a lockout lasts (ADMIN_LOGIN_LOCKOUT_SECONDS, default
+    900: 15 minutes caps a guesser at 5 tries a quarter hour per name, and a locked-out person waits little)."""
+    return max(1, int(settings.ADMIN_LOGIN_LOCKOUT_SECONDS))

@@ -6,16 +6,18 @@ browser (or a stolen cookie) would, through the real test client with CSRF check
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db.models.functions import Now
 from django.test import Client
 
 from events.models import Event
 from ingest import routing
 from ingest.models import Route, Source
-from todos.models import Agent, Queue, Todo, TodoState
+from todos.models import Agent, LoginThrottle, Queue, Todo, TodoState
 
 V1 = "/api/v1"
 PASSWORD = "a-long-password-for-staff-1"
@@ -181,3 +183,54 @@ def test_even_a_superuser_session_takes_no_work(world: dict[str, Any], make_agen
     assert Todo.objects.get(pk=claimed["id"]).state == TodoState.CLAIMED
     # The superuser still operates.
     assert ops.post("/queues/billing/pause/").status_code == 200
+
+
+# --- the console's login: failures per name and per address lock it (L6) --------------------------------
+def _login(username: str, password: str, address: str = "203.0.113.7") -> Any:
+    client = Client()
+    response = client.post(
+        "/admin/login/?next=/admin/", {"username": username, "password": password}, REMOTE_ADDR=address
+    )
+    return response
+
+
+LOCKED = "Too many failed logins"
+
+
+def test_guessing_a_staff_password_locks_the_name_even_for_the_right_password(db: None) -> None:
+    User.objects.create_user("ops", password=PASSWORD, is_staff=True)
+    for guess in range(5):
+        answer = _login("ops", f"guess-{guess}")
+        assert answer.status_code == 200 and LOCKED not in answer.content.decode()
+    # The sixth try is refused before its password is checked: even the right one, from anywhere.
+    for address in ("203.0.113.7", "198.51.100.1"):
+        answer = _login("OPS", PASSWORD, address)
+        assert answer.status_code == 200 and LOCKED in answer.content.decode(), answer.content[:300]
+        assert "_auth_user_id" not in answer.client.session
+    # Another person logs in meanwhile; and once the lockout has ended, so does this one.
+    User.objects.create_user("other", password=PASSWORD, is_staff=True)
+    assert _login("other", PASSWORD, "198.51.100.1").status_code == 302
+    LoginThrottle.objects.update(
+        window_started_at=Now() - timedelta(hours=1), locked_until=Now() - timedelta(minutes=1)
+    )
+    assert _login("ops", PASSWORD).status_code == 302
+
+
+def test_a_success_clears_the_names_count(db: None) -> None:
+    User.objects.create_user("ops", password=PASSWORD, is_staff=True)
+    for _ in range(4):
+        _login("ops", "wrong")
+    assert _login("ops", PASSWORD).status_code == 302
+    for _ in range(4):
+        _login("ops", "wrong")
+    assert _login("ops", PASSWORD).status_code == 302
+
+
+def test_spraying_names_from_one_address_locks_that_address(db: None, settings: Any) -> None:
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 3
+    User.objects.create_user("ops", password=PASSWORD, is_staff=True)
+    for name in ("admin", "root", "alice"):
+        assert LOCKED not in _login(name, "password1", "192.0.2.66").content.decode()
+    answer = _login("ops", PASSWORD, "192.0.2.66")
+    assert answer.status_code == 200 and LOCKED in answer.content.decode()
+    assert _login("ops", PASSWORD, "192.0.2.67").status_code == 302
