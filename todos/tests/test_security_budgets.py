@@ -224,3 +224,39 @@ def test_a_pool_saturated_by_slow_requests_that_finish_is_not_restarted_by_the_w
     assert worker_pids(server.proc.pid) == {worker}, server.output()
     assert "request path stuck" not in server.output(tail=10**7)
     assert set(answered) == {200} and len(answered) >= clients
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_the_request_rate_holds_on_every_door_of_the_real_server_rest_long_poll_and_mcp(
+    start_server: Callable[..., Server], make_agent: Callable[..., Agent]
+) -> None:
+    server = start_server(workers=1, env={"AGENT_RATE_PER_SECOND": "0.001", "AGENT_RATE_BURST": "2"})
+    flooder, bystander = make_agent("flooder"), make_agent("bystander")
+    mcp_headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+
+    async def scenario() -> None:
+        conn = await Connection(server.base, flooder.token).open()  # type: ignore[attr-defined]
+        assert (await conn.request("GET", "/api/v1/todos/"))[0] == 200
+        assert (await conn.request("GET", "/api/v1/queues/"))[0] == 200
+        for method, path, body, headers in (
+            ("GET", "/api/v1/todos/", None, None),
+            ("POST", CLAIM, {"wait_seconds": 5}, None),  # the long-poll's own door, on the event loop
+            ("POST", "/mcp", initialize, mcp_headers),
+        ):
+            await conn.send(method, path, body, headers)
+            status, answer_headers, answer = await _answer(conn)
+            assert status == 429, (path, answer)
+            assert answer["error"]["limit"] == "AGENT_RATE_PER_SECOND" and int(answer_headers["retry-after"]) >= 1
+        conn.close()
+        other = await Connection(server.base, bystander.token).open()  # type: ignore[attr-defined]
+        assert (await other.request("GET", "/api/v1/todos/"))[0] == 200
+        other.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
