@@ -32,6 +32,13 @@ def agent_rate_burst() -> int:
     return max(1, int(settings.AGENT_RATE_BURST))
 
 
+def answer_page_max_bytes() -> int:
+    """Bytes of rendered todos one list answer carries before it stops early (API_PAGE_MAX_BYTES, default
+    4 MiB, read by switchboard/api.py's pagination too: a page of 100 whole todos could be 100 MB; 4 MiB is
+    thousands of ordinary todos' worth and a bounded cost per request)."""
+    return int(settings.API_PAGE_MAX_BYTES)
+
+
 # Seconds a client refused for too many open waits is told to wait (Retry-After): a wait lasts at most
 # 20 s, and most end sooner, when work comes.
 WAIT_SLOT_RETRY_AFTER_SECONDS = 1

@@ -312,6 +312,10 @@ listener.on_stopped(waiters.forget_timers)
 # re-polling together leaves the other threads to plain requests, which go straight to the pool. Only
 # coroutines on the loop wait here; every holder's statement is already in the pool, where nothing waits
 # for the loop, so it always finishes and lets the next one in.
+# FIFO across agents, on purpose (issue 28): AGENT_MAX_WAITS (todos/budgets.py) already bounds what one agent
+# can queue here ahead of another to its open waits in this process (100 first polls: at a few ms a claim over
+# WEB_THREADS / 2 slots, about a tenth of a second), so a round robin per agent would buy little for its cost
+# on every first poll.
 _gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
 

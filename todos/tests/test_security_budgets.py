@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -21,6 +22,9 @@ from todos import queue
 from todos.models import Agent, Todo
 from todos.tests.conftest import Api
 from todos.tests.gunicorn_live import Server, worker_pids
+from todos.tests.mcp_live import mcp_base, mcp_client
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
 
 CLAIM = "/api/v1/todos/claim/"
 
@@ -260,3 +264,21 @@ def test_the_request_rate_holds_on_every_door_of_the_real_server_rest_long_poll_
         other.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# --- answer bytes over MCP --------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_mcp_list_todos_stops_at_the_byte_budget_and_says_so(mcp_base: str, make_agent: Callable[..., Agent]) -> None:
+    agent = make_agent("lister")
+    blob = "x" * 200_000
+    queue.create_many([{"queue": "big", "payload": {"blob": blob}} for _ in range(25)])  # 5 MB of todos
+
+    async def main() -> Any:
+        async with mcp_client(mcp_base, agent.token) as client:  # type: ignore[attr-defined]
+            return await client.call_tool("list_todos", {"queue": "big", "limit": 100})
+
+    result = anyio.run(main)
+    assert not result.is_error, result.content
+    listed = result.structured_content
+    assert listed["truncated"] is True and 1 <= len(listed["todos"]) < 25
+    assert len(json.dumps(listed)) < 4 * 1024 * 1024 + 300_000
