@@ -234,3 +234,8 @@ def test_spraying_names_from_one_address_locks_that_address(db: None, settings: 
     answer = _login("ops", PASSWORD, "192.0.2.66")
     assert answer.status_code == 200 and LOCKED in answer.content.decode()
     assert _login("ops", PASSWORD, "192.0.2.67").status_code == 302
+
+
+def test_the_queue_dashboard_needs_a_view_permission(world: dict[str, Any]) -> None:
+    assert _staff("nobody").client.get("/admin/dashboard.json").status_code == 403
+    assert _staff("looker", "todos.view_queue").client.get("/admin/dashboard.json").status_code == 200
