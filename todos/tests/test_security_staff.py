@@ -101,6 +101,7 @@ def test_a_view_only_staff_user_reads_but_every_operator_power_and_every_claim_i
     _refused(ops.post(f"/todos/{scheduled.id}/run-now/"), "todos.change_todo")
     _refused(ops.send("patch", f"/todos/{pending.id}/", {"priority": -5}), "todos.change_todo")
     _refused(ops.post(f"/events/{event.id}/replay/"), "todos.change_todo")
+    _refused(ops.post(f"/todos/{pending.id}/resolve/", {"data": {"approved": True}}), "todos.change_todo")
     _refused(ops.post("/todos/", {"queue": "billing"}), "todos.add_todo")
     _refused(ops.post("/todos/batch/", {"todos": [{"queue": "billing"}]}), "todos.add_todo")
     _refused(ops.post("/todos/claim/", {"limit": 100}), "Staff sessions do not take work")
