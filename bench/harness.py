@@ -153,6 +153,10 @@ def project_env(database_url: str, **extra: str) -> dict[str, str]:
         SECURE_SSL_REDIRECT="false",
         LOG_LEVEL=env.get("BENCH_LOG_LEVEL", "WARNING"),
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+        # A benchmark measures the server's capacity, one token standing for a whole fleet: the per-agent
+        # budgets (issue 28: open waits, request rate) would measure themselves instead.
+        AGENT_MAX_WAITS="0",
+        AGENT_RATE_PER_SECOND="0",
     )
     env.update(extra)
     return env

@@ -4,10 +4,12 @@ this package imports no app."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404, HttpRequest, JsonResponse
@@ -19,6 +21,7 @@ from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
+from rest_framework.utils import encoders
 
 from switchboard import dberrors
 from switchboard.errors import ApplicationError
@@ -35,6 +38,7 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "too_large": 413,
+    "throttled": 429,
     "unavailable": 503,
     "timeout": 503,
 }
@@ -73,7 +77,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     set_rollback()
     if isinstance(exc, ApplicationError):
-        return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code])
+        # A refusal that passes with time (a budget) says when to come back, in the header too.
+        retry = {"Retry-After": str(exc.extra["retry_after"])} if "retry_after" in exc.extra else None
+        return Response(error_body(exc.code, exc.detail, **exc.extra), status=STATUS_BY_CODE[exc.code], headers=retry)
     if isinstance(exc, DatabaseError) and (answer := dberrors.error_answer(exc)):
         code, detail = answer
         return Response(error_body(code, detail), status=STATUS_BY_CODE[code], headers={"Retry-After": "1"})
@@ -110,12 +116,47 @@ class SafeJSONParser(JSONParser):
 
 
 class CreatedCursorPagination(CursorPagination):
-    """Newest first, stable under inserts: the cursor encodes a position, not an offset."""
+    """Newest first, stable under inserts: the cursor encodes a position, not an offset.
+
+    A page is bounded twice (issue 28: an answer costs its process memory and time whoever asks): at most
+    ``max_page_size`` rows, and, for lists of heavy rows (``within_bytes``), about API_PAGE_MAX_BYTES of
+    rendered JSON. 100 rows: 500 whole todos were a 128 MB answer."""
 
     ordering = ("-created_at", "-id")
     page_size = 50
     page_size_query_param = "page_size"
-    max_page_size = 500
+    max_page_size = 100
+
+    def within_bytes(self, render: Callable[[Any], Any], budget: int | None = None) -> list[Any]:
+        """The page (after paginate_queryset) rendered row by row by ``render``, stopped before the row that
+        would take it past ``budget`` bytes of JSON (API_PAGE_MAX_BYTES; always at least one row). A page cut
+        short links on from its last row, as if its size had been the rows it kept, so a client that follows
+        ``next`` (or ``previous``) sees every row once. The rows nearest the cursor are kept: the first ones of
+        a forward page, the last ones of a backward one."""
+        budget = settings.API_PAGE_MAX_BYTES if budget is None else budget
+        page = list(self.page or [])
+        backward = self.cursor is not None and self.cursor.reverse
+        rows = list(reversed(page)) if backward else page
+        rendered: list[Any] = []
+        size = 0
+        for row in rows:
+            data = render(row)
+            size += len(json.dumps(data, cls=encoders.JSONEncoder))
+            if rendered and size > budget:
+                break
+            rendered.append(data)
+        kept = len(rendered)
+        if kept < len(rows):
+            # The first row left out is "the row after the page": its position is where the cursor goes on.
+            beyond = self._get_position_from_instance(rows[kept], self.ordering)
+            self.page_size = kept
+            if backward:
+                self.page = page[-kept:]
+                self.has_previous, self.previous_position = True, beyond
+            else:
+                self.page = page[:kept]
+                self.has_next, self.next_position = True, beyond
+        return list(reversed(rendered)) if backward else rendered
 
     def decode_cursor(self, request: Any) -> Any:
         """DRF's cursor, whose position (a time: every ordering here starts with one) must parse as a

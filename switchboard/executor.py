@@ -38,6 +38,49 @@ _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _loop: asyncio.AbstractEventLoop | None = None
 
 
+class Progress:
+    """What the pool has been given and has finished, for the watchdog (switchboard/watchdog.py): a pool
+    with work outstanding whose finished count moves is busy, not stuck, however long its queue."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.submitted = 0
+        self.finished = 0
+
+    def submit(self) -> None:
+        with self._lock:
+            self.submitted += 1
+
+    def finish(self) -> None:
+        with self._lock:
+            self.finished += 1
+
+    def read(self) -> tuple[int, int]:
+        """(tasks finished so far, tasks queued or running now)."""
+        with self._lock:
+            return self.finished, self.submitted - self.finished
+
+
+progress = Progress()
+
+
+class _CountingPool(concurrent.futures.ThreadPoolExecutor):
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        progress.submit()
+        try:
+            return super().submit(_counted, fn, *args, **kwargs)
+        except BaseException:  # refused (the pool is shut down): nothing will run
+            progress.finish()
+            raise
+
+
+def _counted(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        progress.finish()
+
+
 def serve(loop: asyncio.AbstractEventLoop) -> None:
     """Make ``loop`` (the ASGI server's, at startup or its first request) the one whose sync work goes
     to the pool."""
@@ -60,9 +103,7 @@ def executor() -> concurrent.futures.ThreadPoolExecutor:
     if _executor is None:
         with _lock:
             if _executor is None:
-                _executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=settings.WEB_THREADS, thread_name_prefix="switchboard-web"
-                )
+                _executor = _CountingPool(max_workers=settings.WEB_THREADS, thread_name_prefix="switchboard-web")
     return _executor
 
 

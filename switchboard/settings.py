@@ -237,6 +237,28 @@ SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.
 # names it (jobs.*) covers fewer than this many queues; otherwise 400 queue_limit (todos/limits.py says why).
 MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=1000)
 
+# --- Per-agent budgets (issue 28: an agent token is assumed compromised) ----------------------
+# Each is counted per web process (todos/budgets.py says why): with N processes an agent may have up to
+# N times these. Read through todos/limits.py.
+# Long-poll claims and awaits (GET /todos/<id>/?wait_seconds=, MCP get_todo) one agent may have open at
+# once in one process; over it, 429 with Retry-After. 0 turns the cap off.
+AGENT_MAX_WAITS = env.int("AGENT_MAX_WAITS", default=100)
+# Requests a second one agent token may make to one process (REST and MCP), in bursts of
+# AGENT_RATE_BURST: a token bucket; over it, 429 with Retry-After. 0 turns the limit off.
+AGENT_RATE_PER_SECOND = env.float("AGENT_RATE_PER_SECOND", default=1000.0)
+AGENT_RATE_BURST = env.int("AGENT_RATE_BURST", default=2000)
+# A page of todos (GET /api/v1/todos/) stops early once its rendered rows pass this many bytes (the
+# cursor goes on after its last row); at least one row is always sent.
+API_PAGE_MAX_BYTES = env.int("API_PAGE_MAX_BYTES", default=4 * 1024 * 1024)
+
+# --- The operator console's login (issue 28, L6) ------------------------------------------------
+# Failed logins to /admin/ are counted per user name and per client address, in PostgreSQL
+# (todos/admin/login.py): past either limit within ADMIN_LOGIN_LOCKOUT_SECONDS, that name or address may
+# not log in until the lockout ends. Read through todos/limits.py.
+ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
+ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
+ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", default=900)
+
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=1024 * 1024)

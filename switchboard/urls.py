@@ -36,4 +36,4 @@ urlpatterns += [
 if settings.TEST_HOOKS:  # only under the test settings, when a test asks (switchboard/test_hooks.py)
     from switchboard import test_hooks
 
-    urlpatterns += [path("_test/stall/<str:what>", test_hooks.stall)]
+    urlpatterns += [path("_test/stall/<str:what>", test_hooks.stall), path("_test/busy", test_hooks.busy)]

@@ -3,12 +3,22 @@
 gunicorn's own timeout does not see a stuck uvicorn worker: the worker heartbeats from its event loop,
 which may be idle while the pool of threads behind it (switchboard/executor.py) is stuck, and a blocked
 loop is found only after GUNICORN_TIMEOUT (60 s, above the longest long-poll). So a daemon thread of
-each process sends a probe every WATCHDOG_INTERVAL_SECONDS along the path a request takes: a callback
-on the event loop, which hands a no-op to the pool. If no probe has come back for WATCHDOG_SECONDS, the
-loop or the pool is stuck: the thread logs why, dumps every thread's stack to stderr (for the post
-mortem) and ends the process at once. gunicorn starts a fresh worker; /healthz fails meanwhile.
+each process checks, every WATCHDOG_INTERVAL_SECONDS, the two things a request needs:
 
-The probe asks nothing of the database: an outage is not a stuck process, and restarting every
+- the event loop: a callback the thread schedules on it must run;
+- the pool: with work queued or running, some task must finish (executor.progress).
+
+If either has not moved for WATCHDOG_SECONDS, the process is stuck: the thread logs which, dumps every
+thread's stack to stderr (for the post mortem) and ends the process at once. gunicorn starts a fresh
+worker; /healthz fails meanwhile.
+
+Why progress and not a probe through the pool (issue 28): a probe queued behind the pool's work measures
+the queue, not whether it moves. A pool saturated by requests that finish (one agent's burst of slow
+requests, thousands of refused ones) kept a probe waiting past the window, and the watchdog then killed
+every long-poll and await of the process: a denial of service any one token could cause. A pool that
+finishes nothing while work waits is stuck, whatever the queue; a busy one is not.
+
+The check asks nothing of the database: an outage is not a stuck process, and restarting every
 worker would not end it (/readyz reports it). /healthz, answered from the pool, adds a database round
 trip bounded by a statement timeout.
 """
@@ -39,40 +49,46 @@ class Watchdog:
         self.loop = loop
         self.timeout = timeout
         self.interval = interval
-        self.last_seen = time.monotonic()
+        self.loop_seen = self.pool_seen = time.monotonic()
+        self._finished = -1
         self.stopped = threading.Event()
         self._pid = os.getpid()
 
     def start(self) -> None:
         threading.Thread(target=self._watch, name="switchboard-watchdog", daemon=True).start()
 
-    def stalled_for(self) -> float:
-        """Seconds since a probe last came back through the loop and the pool."""
-        return time.monotonic() - self.last_seen
+    def stalled(self) -> tuple[str, float]:
+        """Which of the loop and the pool has gone longer without moving, and for how long (seconds)."""
+        now = time.monotonic()
+        loop, pool = now - self.loop_seen, now - self.pool_seen
+        return ("event loop", loop) if loop >= pool else (f"pool of {settings.WEB_THREADS} threads", pool)
 
-    def _seen(self) -> None:
-        self.last_seen = time.monotonic()
+    def _loop_moved(self) -> None:
+        self.loop_seen = time.monotonic()
 
-    def _probe(self) -> None:
-        # On the loop: the loop moves. The pool moves when the no-op comes back.
-        self.loop.run_in_executor(executor.executor(), self._seen)
+    def _check_pool(self) -> None:
+        finished, outstanding = executor.progress.read()
+        if finished != self._finished or outstanding == 0:
+            self._finished = finished
+            self.pool_seen = time.monotonic()
 
     def _watch(self) -> None:
         while not self.stopped.wait(self.interval):
             if os.getpid() != self._pid:  # a forked child inherits no threads, but be sure
                 return
             with contextlib.suppress(RuntimeError):  # the loop closed: the process is stopping
-                self.loop.call_soon_threadsafe(self._probe)
-            stalled = self.stalled_for()
+                self.loop.call_soon_threadsafe(self._loop_moved)
+            self._check_pool()
+            what, stalled = self.stalled()
             if stalled > self.timeout:
-                self._fail(stalled)
+                self._fail(what, stalled)
 
-    def _fail(self, stalled: float) -> None:
+    def _fail(self, what: str, stalled: float) -> None:
         logger.critical(
-            "request path stuck for %.1f s (event loop or pool of %d threads); exiting so that gunicorn "
-            "replaces this worker (pid %d); stacks follow on stderr",
+            "request path stuck for %.1f s (the %s has not moved); exiting so that gunicorn replaces this "
+            "worker (pid %d); stacks follow on stderr",
             stalled,
-            settings.WEB_THREADS,
+            what,
             os.getpid(),
         )
         with contextlib.suppress(Exception):

@@ -14,6 +14,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from todos import budgets
 from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, hash_token
 
@@ -141,6 +142,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         if token is None:
             return None
         agent = agent_for_token(token)
+        budgets.request_rate.charge(agent)
         return AgentPrincipal(agent), agent
 
     def authenticate_header(self, request: Request) -> str:
@@ -148,21 +150,53 @@ class BearerTokenAuthentication(BaseAuthentication):
 
 
 def caller_agent(request: Request) -> Agent:
-    """The Agent a request acts as. Staff users on a session act as an unsaved agent named after them
-    with every queue in scope (SPEC: staff reach the same API with their session)."""
+    """The Agent a request acts as. Staff users on a session act as an unsaved agent named after them,
+    whose scopes and powers are their Django permissions (staff_agent)."""
     if isinstance(request.auth, Agent):
         return request.auth
     user = request.user
     if user is not None and user.is_authenticated and user.is_staff:
-        return staff_agent(user.get_username())
+        return staff_agent(user)
     raise exceptions.NotAuthenticated()
 
 
-def staff_agent(username: str) -> Agent:
+class StaffTakesNoWork(exceptions.PermissionDenied):
+    default_detail = (
+        "Staff sessions do not take work: claiming and every lease operation need an agent's token "
+        "(manage.py create_agent)."
+    )
+
+
+def working_agent(request: Request) -> Agent:
+    """The caller, for a claim or a lease operation: an agent's token, never a staff session (SPEC, Wave 4:
+    staff may look and operate, but work is leased to agents, whose scopes and budgets bound it)."""
+    agent = caller_agent(request)
+    if is_staff_session(agent):
+        raise StaffTakesNoWork()
+    return agent
+
+
+def is_staff_session(agent: Agent) -> bool:
+    """An agent made by staff_agent for a session: never saved, so it has no primary key (every agent a
+    token names is a row)."""
+    return agent.pk is None
+
+
+def staff_agent(user: Any) -> Agent:
+    """The session's agent, exactly as the admin checks the same user (todos/admin, events/admin.py):
+    - reading every queue needs ``todos.view_todo`` (or ``change_todo``, which implies it, as in the admin);
+      its claim scopes serve only to see: working_agent refuses claims and leases to every staff session;
+    - creating needs ``todos.add_todo``;
+    - retry, cancel, run-now, priority, replay and resolving waits as an operator need ``todos.change_todo``
+      (``can_retry_dead_letters``, which other code reads as that permission);
+    - pause, resume and limits need ``todos.change_queue`` (``can_manage_queues``).
+    A superuser has every permission; an inactive user none (Django's ModelBackend)."""
+    may_change = user.has_perm("todos.change_todo")
+    may_view = may_change or user.has_perm("todos.view_todo")
     return Agent(
-        name=f"staff:{username}",
-        claim_scopes=["*"],
-        create_scopes=["*"],
-        can_retry_dead_letters=True,
-        can_manage_queues=True,
+        name=f"staff:{user.get_username()}",
+        claim_scopes=["*"] if may_view else [],
+        create_scopes=["*"] if user.has_perm("todos.add_todo") else [],
+        can_retry_dead_letters=may_change,
+        can_manage_queues=user.has_perm("todos.change_queue"),
     )

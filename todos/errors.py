@@ -65,3 +65,13 @@ class QueueLimitReached(InvalidTransitionInput):
     queues (todos/limits.py, max_queues_per_create_scope). ``limit`` and ``scope`` say which."""
 
     code = "queue_limit"
+
+
+class BudgetExceeded(QueueError):
+    """An agent is over one of its budgets (todos/budgets.py): 429, naming the setting that bounds it, and
+    when to try again (``retry_after`` seconds, also the Retry-After header)."""
+
+    code = "throttled"
+
+    def __init__(self, detail: str, *, limit: str, retry_after: int) -> None:
+        super().__init__(detail, limit=limit, retry_after=retry_after)

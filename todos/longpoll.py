@@ -37,7 +37,7 @@ from typing import Any
 from django.conf import settings
 
 from switchboard import executor
-from todos import queue, selectors
+from todos import budgets, queue, selectors
 from todos.errors import QueueError
 from todos.globs import Glob, compile_glob
 from todos.listener import AGENTS_CHANNEL, listener
@@ -310,6 +310,10 @@ listener.on_stopped(waiters.forget_timers)
 # re-polling together leaves the other threads to plain requests, which go straight to the pool. Only
 # coroutines on the loop wait here; every holder's statement is already in the pool, where nothing waits
 # for the loop, so it always finishes and lets the next one in.
+# FIFO across agents, on purpose (issue 28): AGENT_MAX_WAITS (todos/budgets.py) already bounds what one agent
+# can queue here ahead of another to its open waits in this process (100 first polls: at a few ms a claim over
+# WEB_THREADS / 2 slots, about a tenth of a second), so a round robin per agent would buy little for its cost
+# on every first poll.
 _gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
 
@@ -404,6 +408,9 @@ async def claim_next_waiting(
         listener._ensure_running()
     # Registered before the first claim, so a NOTIFY that lands between that claim and the wait is kept.
     waiter = Waiter(agent.claim_scopes, queues, key)
+    # One of the agent's open waits (todos/budgets.py): refused (429) before anything is registered, given
+    # back in the finally below, which every way out passes (work, timeout, the client gone, an error).
+    budgets.wait_slots.take(agent)
     waiters.add(waiter)
     try:
         first = True
@@ -454,6 +461,7 @@ async def claim_next_waiting(
                 waiter.awake = True
     finally:
         waiters.remove(waiter)
+        budgets.wait_slots.give_back(agent)
 
 
 # --- ASGI lifespan (settings.ASGI_LIFESPAN) -------------------------------------------------------

@@ -617,3 +617,18 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class LoginThrottle(models.Model):
+    """Failed logins to the operator console, counted per user name and per client address
+    (todos/admin/login.py). In PostgreSQL, not in a process's memory: every web process, and a restarted
+    one, must see the same count, and the project has no shared cache."""
+
+    # "user:<name, lowercased>" or "addr:<client address>".
+    key = models.CharField(primary_key=True, max_length=300)
+    failures = models.PositiveIntegerField()
+    window_started_at = models.DateTimeField(db_index=True)
+    locked_until = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return self.key

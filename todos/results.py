@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError
 
 from switchboard import dberrors, executor
-from todos import states
+from todos import budgets, states
 from todos.errors import TodoNotFound
 from todos.models import Agent, Todo
 
@@ -99,18 +99,20 @@ async def await_finished(agent: Agent, todo_id: str, wait_seconds: float) -> Tod
     todo = await _run(_visible, agent, todo_id)
     if wait_seconds <= 0 or states.FINISHED.holds(todo):
         return todo
-    awaits = _awaits()
-    event = asyncio.Event()
-    awaits.events.setdefault(todo_id, set()).add(event)
-    if awaits.reader is None:
-        awaits.reader = asyncio.get_running_loop().create_task(awaits.read())
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=wait_seconds)
-    finally:
-        waiting = awaits.events.get(todo_id)
-        if waiting is not None:
-            waiting.discard(event)
-            if not waiting:
-                del awaits.events[todo_id]
+    # One of the agent's open waits (todos/budgets.py), given back however the await ends.
+    with budgets.wait_slots.slot(agent):
+        awaits = _awaits()
+        event = asyncio.Event()
+        awaits.events.setdefault(todo_id, set()).add(event)
+        if awaits.reader is None:
+            awaits.reader = asyncio.get_running_loop().create_task(awaits.read())
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=wait_seconds)
+        finally:
+            waiting = awaits.events.get(todo_id)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del awaits.events[todo_id]
     return await _run(_visible, agent, todo_id)

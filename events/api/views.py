@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,7 +17,7 @@ from events.models import Event, EventQuerySet
 from switchboard import ids
 from switchboard.api import CreatedCursorPagination
 from todos.auth import caller_agent
-from todos.models import Todo, TodoQuerySet
+from todos.models import Agent, Todo, TodoQuerySet
 
 _ERROR = OpenApiResponse(description='`{"error": {"code", "detail"}}`')
 _ERRORS = {401: _ERROR, 404: _ERROR, 503: _ERROR}
@@ -27,19 +27,20 @@ class EventCursorPagination(CreatedCursorPagination):
     ordering = ("-received_at", "-id")
 
 
-def _is_staff(request: Request) -> bool:
-    return bool(getattr(request.user, "is_staff", False))
+def _staff_may(request: Request, permission: str) -> bool:
+    """A staff session with this Django permission (the admin's own check); agents' requests are never staff."""
+    user = request.user
+    return bool(getattr(user, "is_staff", False)) and user.has_perm(permission)
 
 
 def visible_events(request: Request) -> EventQuerySet:
-    if _is_staff(request):
-        return Event.objects.all()
+    # Staff see every event with the permission the events admin asks (view), and none without it.
+    if getattr(request.user, "is_staff", False):
+        return Event.objects.all() if _staff_may(request, "events.view_event") else Event.objects.none()
     return Event.objects.visible_to(caller_agent(request))
 
 
 def visible_todos(request: Request) -> TodoQuerySet:
-    if _is_staff(request):
-        return Todo.objects.all()
     return Todo.objects.visible_to(caller_agent(request))
 
 
@@ -89,7 +90,12 @@ class EventReplay(APIView):
         if has_json and isinstance(request.data, dict) and request.data:
             raise ValidationError({k: ["Unknown field; replay takes no body."] for k in sorted(request.data)})
         event = _event_or_404(request, pk)
-        agent = None if _is_staff(request) else caller_agent(request)
+        agent: Agent | None = caller_agent(request)
+        if getattr(request.user, "is_staff", False):
+            # The events admin's replay permission: staff replay every route as operators.
+            if not request.user.has_perm("todos.change_todo"):
+                raise PermissionDenied("Replay needs the todos.change_todo permission, as in the admin.")
+            agent = None
         router = event_router.current()
         routed = router.replay(event, agent=agent) if router is not None else []
         body = ReplaySerializer(

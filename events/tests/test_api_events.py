@@ -55,7 +55,7 @@ def test_list_events_through_create_scopes_counts_too(client, world, make_agent)
 
 
 def test_list_events_shows_staff_every_event(client, world):
-    staff = get_user_model().objects.create_user("op", password=None, is_staff=True)
+    staff = get_user_model().objects.create_user("op", password=None, is_staff=True, is_superuser=True)
     client.force_login(staff)
     ids = {row["id"] for row in client.get("/api/v1/events/").json()["results"]}
     assert ids == {e.id for e in world.values()}

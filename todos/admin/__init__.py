@@ -40,6 +40,7 @@ from todos.admin.filters import (
     SourceFilter,
     StateFilter,
 )
+from todos.admin.login import ThrottledAdminLoginForm
 from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
@@ -714,3 +715,7 @@ class ScheduleAdmin(admin.ModelAdmin[Schedule]):
             # The reapers work out the next tick again from the new expression (ticks already made stay).
             obj.next_tick_at = None
         super().save_model(request, obj, form, change)
+
+
+# The console's login counts failures per name and per address and locks either past its limit (issue 28).
+admin.site.login_form = ThrottledAdminLoginForm

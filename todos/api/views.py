@@ -19,8 +19,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from switchboard import executor, ids
-from switchboard.api import STATUS_BY_CODE, SafeJSONParser, error_body, exception_handler
-from todos import auth, controls, longpoll, queue, results, selectors, states, tracing
+from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
+from todos import auth, budgets, controls, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.serializers import (
     BatchCompleteInput,
@@ -76,14 +76,40 @@ def _render(todo: Todo, status: int = 200) -> Response:
     return Response(TodoSerializer(todo).data, status=status)
 
 
+CHANGE_TODO_NEEDED = "This needs the todos.change_todo permission, as in the admin."
+
+
+def _refused(agent: Agent, todo_id: str, detail: str) -> PermissionDenied:
+    """404 for a todo the caller cannot see (ids do not leak), else the 403 to raise."""
+    if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
+        raise TodoNotFound(f"No todo {todo_id}.")
+    return PermissionDenied(detail)
+
+
 def _staff_agent(request: Request, todo_id: str) -> Agent:
-    """The caller's agent, if the caller is a staff user; otherwise 404 for a todo it cannot see (ids do not
-    leak) and 403 for one it can."""
+    """The caller's agent, if the caller is a staff user with the todos.change_todo permission (as the
+    admin's actions ask); otherwise 404 for a todo it cannot see and 403 for one it can."""
     agent = caller_agent(request)
-    if not request.user.is_staff:
-        if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
-            raise TodoNotFound(f"No todo {todo_id}.")
-        raise PermissionDenied("Only staff may do this.")
+    if not auth.is_staff_session(agent):
+        raise _refused(agent, todo_id, "Only staff may do this.")
+    if not agent.can_retry_dead_letters:
+        raise _refused(agent, todo_id, CHANGE_TODO_NEEDED)
+    return agent
+
+
+def _operating_agent(request: Request, todo_id: str) -> Agent:
+    """The caller, for what an agent in scope may do to a todo and staff may do as operators (cancel,
+    resolve): a staff session needs todos.change_todo, as in the admin."""
+    agent = caller_agent(request)
+    if auth.is_staff_session(agent) and not agent.can_retry_dead_letters:
+        raise _refused(agent, todo_id, CHANGE_TODO_NEEDED)
+    return agent
+
+
+def _creating_agent(request: Request) -> Agent:
+    agent = caller_agent(request)
+    if auth.is_staff_session(agent) and not agent.create_scopes:
+        raise PermissionDenied("Creating todos needs the todos.add_todo permission.")
     return agent
 
 
@@ -119,7 +145,9 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         selectors.show_awaited(page or [])
-        return self.get_paginated_response(TodoSerializer(page, many=True).data)
+        assert isinstance(self.paginator, CreatedCursorPagination)
+        # Whole todos are heavy (payload, result, checkpoint, resolution): the page stops at a byte budget.
+        return self.get_paginated_response(self.paginator.within_bytes(lambda todo: TodoSerializer(todo).data))
 
     @extend_schema(
         operation_id="todos_create",
@@ -137,7 +165,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         # names one (a malformed header is ignored, as the standard says).
         if data["traceparent"] is None and tracing.parse(header := request.headers.get("traceparent")):
             data["traceparent"] = header
-        todo, created = queue.create(agent=caller_agent(request), **data)
+        todo, created = queue.create(agent=_creating_agent(request), **data)
         todo.created = created  # type: ignore[attr-defined]
         return Response(CreatedTodoSerializer(todo).data, status=201 if created else 200)
 
@@ -162,6 +190,7 @@ class _WaitsOnTheLoop(APIView):
         if token is not None:
             cached = auth.token_cache.cached(hash_token(token))
             agent = cached if cached is not None else await executor.run(auth.agent_for_token, token)
+            budgets.request_rate.charge(agent)
         else:
             agent = await executor.run(self._session_caller, request)
         request.auth = agent  # type: ignore[attr-defined]  # for the request's log line
@@ -186,7 +215,7 @@ class TodoBatchCreateApi(APIView):
         **docs.documented(BatchCreateResultSerializer, (400, 401, 404, 413), docs.BATCH_CREATE_EXAMPLES),
     )
     def post(self, request: Request) -> Response:
-        outcomes = queue.create_many(valid_batch(request.data), agent=caller_agent(request))
+        outcomes = queue.create_many(valid_batch(request.data), agent=_creating_agent(request))
         return Response({"outcomes": batch_outcomes(outcomes)})
 
 
@@ -278,7 +307,7 @@ class TodoClaimNextApi(_WaitsOnTheLoop):
     )
     def post(self, request: Request) -> Response:
         data = _valid(ClaimNextInput, request.data)
-        agent = caller_agent(request)
+        agent = auth.working_agent(request)
         wait = data.pop("wait_seconds")
         if wait:
             # Outside an ASGI server (WSGI, the test client, runserver) a long-poll waits in this
@@ -313,6 +342,8 @@ class TodoClaimNextApi(_WaitsOnTheLoop):
         callers (a staff session, with its CSRF check) go through DRF's own authentication, in the pool."""
         try:
             agent = await TodoClaimNextApi._for(request, *args, **kwargs)._caller(request)
+            if auth.is_staff_session(agent):
+                raise auth.StaffTakesNoWork()
             data = _valid(ClaimNextInput, Request(request, parsers=[SafeJSONParser()]).data)
             todos = await longpoll.claim_next_waiting(agent=agent, **data)
             return JsonResponse({"todos": TodoSerializer(todos, many=True).data})
@@ -345,7 +376,7 @@ class TodoClaimApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ClaimOneInput, request.data)
-        return _render(queue.claim(_todo_id(todo_id), agent=caller_agent(request), **data))
+        return _render(queue.claim(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
 class TodoHeartbeatApi(APIView):
@@ -357,7 +388,7 @@ class TodoHeartbeatApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(HeartbeatInput, request.data)
-        return _render(queue.heartbeat(_todo_id(todo_id), agent=caller_agent(request), **data))
+        return _render(queue.heartbeat(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
 class TodoCompleteApi(APIView):
@@ -369,7 +400,7 @@ class TodoCompleteApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(CompleteInput, request.data)
-        return _render(queue.complete(_todo_id(todo_id), agent=caller_agent(request), **data))
+        return _render(queue.complete(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
 class TodoBatchCompleteApi(APIView):
@@ -387,7 +418,7 @@ class TodoBatchCompleteApi(APIView):
         items = [(i["id"], i["lease_id"], i["result"]) for i in data["items"]]
         outcomes = []
         for (todo_id, _, _), outcome in zip(
-            items, queue.complete_many(items, agent=caller_agent(request)), strict=True
+            items, queue.complete_many(items, agent=auth.working_agent(request)), strict=True
         ):
             if isinstance(outcome, Todo):
                 outcomes.append({"id": todo_id, "status": 200, "todo": TodoSerializer(outcome).data})
@@ -408,7 +439,7 @@ class TodoFailApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(FailInput, request.data)
-        return _render(queue.fail(_todo_id(todo_id), agent=caller_agent(request), **data))
+        return _render(queue.fail(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
 class TodoReleaseApi(APIView):
@@ -421,7 +452,7 @@ class TodoReleaseApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
-        return _render(queue.release(_todo_id(todo_id), agent=caller_agent(request), **data))
+        return _render(queue.release(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
 class TodoWaitApi(APIView):
@@ -442,7 +473,7 @@ class TodoWaitApi(APIView):
         data = _valid(WaitInput, request.data)
         todo, token = queue.wait(
             _todo_id(todo_id),
-            agent=caller_agent(request),
+            agent=auth.working_agent(request),
             lease_id=data["lease_id"],
             wait_for=data["for"],
             timeout_seconds=data["timeout_seconds"],
@@ -466,7 +497,7 @@ class TodoResolveApi(APIView):
         **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RESOLVE_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
-        agent = caller_agent(request)
+        agent = _operating_agent(request, _todo_id(todo_id))
         data = _valid(ResolveInput, request.data)
         return _render(queue.resolve(_todo_id(todo_id), by=agent.name, agent=agent, data=data["data"]))
 
@@ -508,9 +539,8 @@ class TodoRetryApi(APIView):
         todo_id = _todo_id(todo_id)
         if not agent.can_retry_dead_letters:
             # Out of scope stays 404 for everyone (ids do not leak); only a visible todo earns the 403.
-            if not Todo.objects.visible_to(agent).filter(pk=todo_id).exists():
-                raise TodoNotFound(f"No todo {todo_id}.")
-            raise PermissionDenied("This agent may not retry dead-letters.")
+            detail = CHANGE_TODO_NEEDED if auth.is_staff_session(agent) else "This agent may not retry dead-letters."
+            raise _refused(agent, todo_id, detail)
         data = _valid(RetryInput, request.data)
         return _render(queue.retry_dead_letter(todo_id, operator=agent.name, agent=agent, **data))
 
@@ -527,7 +557,7 @@ class TodoCancelApi(APIView):
         **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.CANCEL_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
-        agent = caller_agent(request)
+        agent = _operating_agent(request, _todo_id(todo_id))
         data = _valid(CancelInput, request.data)
         return _render(queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data))
 
@@ -538,6 +568,8 @@ def _managed_queue(request: Request, name: str) -> Agent:
     agent = caller_agent(request)
     if not agent.can_manage_queues:
         controls.get(name, agent=agent)  # QueueNotFound when out of scope
+        if auth.is_staff_session(agent):
+            raise PermissionDenied("This needs the todos.change_queue permission, as in the admin.")
         raise PermissionDenied("This agent may not manage queues (create_agent --can-manage).")
     return agent
 
@@ -647,6 +679,6 @@ class ScheduleListApi(APIView):
     def get(self, request: Request) -> Response:
         agent = caller_agent(request)
         schedules = Schedule.objects.order_by("name")
-        if not request.user.is_staff:
+        if not (auth.is_staff_session(agent) and request.user.has_perm("todos.view_schedule")):
             schedules = schedules.filter(queue__like_any=agent.create_like_patterns())
         return Response({"schedules": ScheduleSerializer(schedules, many=True).data})

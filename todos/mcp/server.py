@@ -30,7 +30,8 @@ import switchboard
 from switchboard import dberrors
 from switchboard.api import error_body
 from switchboard.mounted import CALLER_SCOPE_KEY
-from todos import auth
+from todos import auth, budgets
+from todos.errors import BudgetExceeded
 from todos.mcp import tasks, tools
 from todos.models import Agent, hash_token
 
@@ -212,6 +213,14 @@ class McpEndpoint:
             await _unauthorized(scope, receive, send, base=base, invalid=True)
             return
         scope[CALLER_SCOPE_KEY] = agent.name  # for the request's log line (switchboard/mounted.py)
+        try:
+            budgets.request_rate.charge(agent)
+        except BudgetExceeded as exc:
+            retry = {"Retry-After": str(exc.extra["retry_after"])}
+            await JSONResponse(error_body(exc.code, exc.detail, **exc.extra), status_code=429, headers=retry)(
+                scope, receive, send
+            )
+            return
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
 
 

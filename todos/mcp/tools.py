@@ -22,10 +22,11 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 from rest_framework import serializers
+from rest_framework.utils import encoders
 
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
-from todos import longpoll, queue, results, selectors
+from todos import limits, longpoll, queue, results, selectors
 from todos.api.serializers import (
     ClaimNextInput,
     ClaimOneInput,
@@ -124,7 +125,16 @@ async def list_todos(agent: Agent, args: Args) -> JSONObject:
     def read() -> JSONObject:
         # The caller's scopes cut the rows before any filter, as in the REST list.
         todos = Todo.objects.visible_to(agent).filter(**filters).order_by("-created_at", "-id")[:limit]
-        return {"todos": TodoSerializer(todos, many=True).data}
+        # And the answer stops at a byte budget, as a REST page does (issue 28): whole todos are heavy.
+        rows: list[Any] = []
+        size, budget = 0, limits.answer_page_max_bytes()
+        for todo in todos:
+            row = TodoSerializer(todo).data
+            size += len(json.dumps(row, cls=encoders.JSONEncoder))
+            if rows and size > budget:
+                return {"todos": rows, "truncated": True}
+            rows.append(row)
+        return {"todos": rows}
 
     return await in_thread(read)
 
@@ -257,7 +267,7 @@ TOOLS: dict[str, Tool] = {
     for tool in [
         Tool(
             "list_todos",
-            "Todos in your queues, newest first.",
+            "Todos in your queues, newest first (or truncated).",
             _input(
                 {
                     "queue": _STR,
@@ -267,6 +277,8 @@ TOOLS: dict[str, Tool] = {
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
                 }
             ),
+            # An answer cut short at the byte budget adds "truncated": true (left out here: the whole tool list
+            # must stay under 7 KB, test_mcp_tools.py; the schema allows other properties).
             {"type": "object", "properties": {"todos": {"type": "array", "items": TODO_SCHEMA}}, "required": ["todos"]},
             list_todos,
             read_only=True,

@@ -108,7 +108,7 @@ def test_an_agent_that_may_only_create_in_the_queue_may_cancel(make_agent, api_f
 
 def test_staff_cancel_on_a_session(django_user_model, client, make_todo):
     todo = make_todo("jobs")
-    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True, is_superuser=True))
     response = client.post(f"/api/v1/todos/{todo.id}/cancel/", data="{}", content_type="application/json")
     assert response.status_code == 200
     todo.refresh_from_db()
@@ -179,7 +179,7 @@ def test_pause_of_an_unknown_queue_is_not_found(manager):
 
 def test_staff_pause_on_a_session(django_user_model, client, make_todo):
     make_todo("a/b")  # queue names may hold a slash
-    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True, is_superuser=True))
     assert client.post("/api/v1/queues/a/b/pause/").status_code == 200
     assert Queue.objects.get(name="a/b").paused
 

@@ -16,7 +16,7 @@ from todos.tests.conftest import V1
 @pytest.fixture
 def staff(django_user_model) -> Client:
     client = Client()
-    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True, is_superuser=True))
     return client
 
 

@@ -337,7 +337,7 @@ def test_retry_by_a_permitted_agent_requeues_the_dead_letter(make_agent, api_for
 
 
 def test_retry_by_staff_on_a_session_works(dead, django_user_model, client):
-    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True, is_superuser=True))
     response = client.post(f"/api/v1/todos/{dead.id}/retry/", {"mode": "reset"}, content_type="application/json")
     assert response.status_code == 200
     dead.refresh_from_db()
@@ -457,7 +457,7 @@ def test_the_fast_todo_rendering_matches_the_declared_serializer(make_todo):
 @pytest.mark.parametrize("path", ["/api/v1/todos/", "/api/v1/queues/", "/api/v1/todos/claim/"])
 def test_staff_browse_the_api_in_a_browser(path, django_user_model, client, make_todo):
     todo = make_todo("q")
-    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True, is_superuser=True))
     response = client.get(path, headers={"accept": "text/html"})
     assert response.status_code in (200, 405)
     assert response["Content-Type"].startswith("text/html")

@@ -20,6 +20,9 @@ from todos.models import Todo, TodoState
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 CLAIM = "/api/v1/todos/claim/"
+# These measure a process's capacity for waiters, one token standing for a whole fleet: the per-agent cap on
+# open waits (AGENT_MAX_WAITS, tested in test_security_budgets.py) is lifted.
+FLEET = {"AGENT_MAX_WAITS": "0"}
 
 
 def run(coroutine: Awaitable[Any]) -> Any:
@@ -51,7 +54,7 @@ async def _until(predicate: Callable[[], Awaitable[bool]], timeout: float = 30) 
 
 
 def test_a_round_trip_completes_while_300_clients_wait(start_server, agent):
-    server = start_server()
+    server = start_server(env=FLEET)
 
     async def scenario() -> None:
         waiters = await _waiters(server.base, agent.token, 300, {"queues": ["idle"], "wait_seconds": 20})
@@ -81,7 +84,7 @@ def test_a_round_trip_completes_while_300_clients_wait(start_server, agent):
 
 def test_ten_creates_wake_ten_of_200_waiters_with_about_ten_claims(start_server, agent):
     # One process: each process hears every NOTIFY and wakes one waiter of its own for it.
-    server = start_server(workers=1)
+    server = start_server(workers=1, env=FLEET)
 
     async def scenario() -> None:
         waiters = await _waiters(server.base, agent.token, 200, {"queues": ["herd"], "wait_seconds": 20})

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from switchboard_client import Client, ServerUnreachable, Unavailable
+from switchboard_client import Client, ServerUnreachable, Throttled, Unavailable
 
 TODO = {
     "id": "td_1",
@@ -43,6 +43,7 @@ TODO = {
 
 class Flaky(http.server.BaseHTTPRequestHandler):
     failures = 0
+    throttled = False
     requests: list[str] = []
 
     def _answer(self) -> None:
@@ -52,6 +53,8 @@ class Flaky(http.server.BaseHTTPRequestHandler):
         if Flaky.failures > 0:
             Flaky.failures -= 1
             status, body = 503, {"error": {"code": "unavailable", "detail": "The database is unavailable."}}
+            if Flaky.throttled:
+                status, body = 429, {"error": {"code": "throttled", "detail": "Over.", "limit": "AGENT_MAX_WAITS"}}
         else:
             status, body = (201, {**TODO, "created": True}) if self.command == "POST" else (200, TODO)
         data = json.dumps(body).encode()
@@ -70,7 +73,7 @@ class Flaky(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def flaky() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    Flaky.requests, Flaky.failures = [], 0
+    Flaky.requests, Flaky.failures, Flaky.throttled = [], 0, False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -107,3 +110,15 @@ def test_a_server_that_is_not_there_is_retried_then_named():
     with Client("http://127.0.0.1:9", "t", retries=2, backoff=0.001) as client, pytest.raises(ServerUnreachable) as e:
         client.create("q")  # never sent: safe to resend even without a key
     assert "cannot reach http://127.0.0.1:9" in str(e.value)
+
+
+def test_a_429_is_retried_for_every_verb_even_a_create_without_a_key(flaky):
+    # The server refused it before doing anything (a per-agent budget), so resending is always safe.
+    Flaky.failures, Flaky.throttled = 1, True
+    with Client(flaky, "t", backoff=0.001) as client:
+        assert client.create("q").id == "td_1"
+    assert len(Flaky.requests) == 2
+    Flaky.failures = 10
+    with Client(flaky, "t", retries=1, backoff=0.001) as client, pytest.raises(Throttled) as refused:
+        client.get("td_1")
+    assert refused.value.status == 429 and refused.value.limit == "AGENT_MAX_WAITS"

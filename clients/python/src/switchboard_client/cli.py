@@ -327,7 +327,7 @@ def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
     if args.action == "list":
         filters = {k: getattr(args, k) for k in ("queue", "state", "kind", "assignee", "dead", "fair_key")}
         rows: list[Todo] = []
-        for todo in client.iter_todos(**filters, page_size=min(max(args.limit, 1), 500)):
+        for todo in client.iter_todos(**filters, page_size=min(max(args.limit, 1), 100)):
             if len(rows) >= args.limit:
                 break
             rows.append(todo)
@@ -397,7 +397,7 @@ def _queues(client: Client, args: argparse.Namespace, out: Output) -> int:
 def _events(client: Client, args: argparse.Namespace, out: Output) -> int:
     if args.action == "list":
         rows: list[EventSummary] = []
-        for event in client.iter_events(source=args.source, type=args.type, page_size=min(max(args.limit, 1), 500)):
+        for event in client.iter_events(source=args.source, type=args.type, page_size=min(max(args.limit, 1), 100)):
             if len(rows) >= args.limit:
                 break
             rows.append(event)

@@ -14,7 +14,14 @@ import httpx
 
 from switchboard_client import _api
 from switchboard_client._api import Call, Retry
-from switchboard_client.errors import ServerError, ServerUnreachable, SwitchboardError, Unavailable, from_response
+from switchboard_client.errors import (
+    ServerError,
+    ServerUnreachable,
+    SwitchboardError,
+    Throttled,
+    Unavailable,
+    from_response,
+)
 from switchboard_client.models import EventSummary, Page, Todo
 
 __version__ = "0.1.0"
@@ -82,6 +89,8 @@ class _Base:
             return True
         if isinstance(error, ServerUnreachable):
             return call.retry is Retry.IDEMPOTENT
+        if isinstance(error, Throttled):  # refused before anything was done
+            return True
         return isinstance(error, Unavailable) and call.retry is not Retry.UNSENT_ONLY
 
     def _delay(self, attempt: int) -> float:

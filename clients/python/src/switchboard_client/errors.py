@@ -96,6 +96,18 @@ class Timeout(Unavailable):
     code = "timeout"
 
 
+class Throttled(Unavailable):
+    """429: this agent is over one of its budgets on the server (``limit`` names it: open long-polls and
+    awaits, or the request rate). Nothing was done, so it is retried with backoff, whatever the call."""
+
+    code = "throttled"
+
+    @property
+    def limit(self) -> str | None:
+        limit = self.body.get("limit")
+        return str(limit) if limit is not None else None
+
+
 class ServerUnreachable(Unavailable):
     """No answer: the server is down, unreachable, or the connection broke mid-request."""
 
@@ -120,6 +132,7 @@ BY_CODE: dict[str, type[SwitchboardError]] = {
         MethodNotAllowed,
         Unavailable,
         Timeout,
+        Throttled,
         ServerError,
     )
 }
@@ -131,6 +144,7 @@ BY_STATUS: dict[int, type[SwitchboardError]] = {
     405: MethodNotAllowed,
     409: Conflict,
     413: TooLarge,
+    429: Throttled,
     503: Unavailable,
 }
 
