@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from switchboard import dberrors
 from switchboard.errors import ApplicationError
+from switchboard.logs import redact_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "too_large": 413,
+    "throttled": 429,
     "unavailable": 503,
     "timeout": 503,
 }
@@ -122,7 +124,7 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
         if request.path.startswith("/api/"):
             # An API client never gets Django's HTML error page (DEBUG on or off); the trace goes to
             # the log, with the request id the client sees.
-            logger.exception("unhandled error on %s %s", request.method, request.path)
+            logger.exception("unhandled error on %s %s", request.method, redact_tokens(request.path))
             return JsonResponse(error_body("internal", "An unexpected error occurred."), status=500)
         return None
 

@@ -233,6 +233,10 @@ REAPER_BATCH_SIZE = env.int("REAPER_BATCH_SIZE", default=500)
 # claimable exactly at the tick. Keep it above REAPER_INTERVAL_SECONDS; an edited cron takes effect for
 # the ticks beyond it.
 SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.0)
+# Event waits one agent may keep open at once (429 ``throttled`` beyond; todos/limits.py). Each open
+# event wait is a row every delivery of its source may probe; 1,000 covers a fleet waiting on CI for
+# every open pull request of a busy repository, and bounds what one stolen token can add.
+MAX_OPEN_EVENT_WAITS_PER_AGENT = env.int("MAX_OPEN_EVENT_WAITS_PER_AGENT", default=1000)
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

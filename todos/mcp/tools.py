@@ -12,12 +12,13 @@ Schemas are written by hand and kept small: clients put the whole tool list into
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
@@ -57,6 +58,7 @@ DEFAULT_LIST_LIMIT = 20
 
 # --- schemas ----------------------------------------------------------------------------------
 
+logger = logging.getLogger(__name__)
 _STR = {"type": "string"}
 _NUM = {"type": "number"}
 _ID = {"type": "string", "description": "Todo id (td_...)."}
@@ -179,6 +181,7 @@ async def wait(agent: Agent, args: Args) -> JSONObject:
             wait_for=data["for"],
             timeout_seconds=data["timeout_seconds"],
             on_timeout=data["on_timeout"],
+            resolvers=data.get("resolvers"),
         )
         body = _one(todo)
         if token is not None:
@@ -342,8 +345,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "wait",
-            "Give your lease back and wait until for resolves: {todos:[ids]} all finish, {event:{source,type,"
-            "match}} arrives, or {token:true} is resolved. Your next claim shows resolution.",
+            "Give your lease back until for resolves: {todos:[ids]} finish, {event:{source,type,match}} arrives, "
+            "{token:true} is resolved, or an agent in resolvers does.",
             _input(
                 {
                     "id": _ID,
@@ -351,6 +354,7 @@ TOOLS: dict[str, Tool] = {
                     "for": {"type": "object"},
                     "timeout_seconds": {"type": "number", "maximum": 2592000},
                     "on_timeout": {"enum": ["pending", "fail"]},
+                    "resolvers": {"type": "array"},
                 },
                 ("id", "lease_id", "for", "timeout_seconds"),
             ),
@@ -415,6 +419,10 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
         return error_result(_invalid(exc.detail))
     except QueueError as exc:
         return error_result(error_body(exc.code, exc.detail, **exc.extra))
+    except DataError:
+        # A value PostgreSQL refuses (a NUL character) that no serializer caught: bad input, not a crash.
+        logger.warning("mcp tool %s: the database refused a value", name, exc_info=True)
+        return error_result(error_body("invalid", "A value cannot be stored (e.g. a NUL character)."))
     except DatabaseError as exc:
         if (answer := dberrors.error_answer(exc)) is None:
             raise

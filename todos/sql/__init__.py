@@ -47,7 +47,9 @@ from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import COUNT_PURGEABLE, EVENT_PAGE, PURGE_CANCELLED, PURGE_DEAD, PURGE_DONE, PURGE_EVENTS
 from todos.sql.waits import (
+    AGENT_LOCK,
     LINK_WAIT,
+    OPEN_EVENT_WAITS,
     RESOLVE_EVENTS,
     RESOLVE_MANUAL,
     RESOLVE_TOKEN,
@@ -57,6 +59,7 @@ from todos.sql.waits import (
 )
 
 __all__ = [
+    "AGENT_LOCK",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -78,6 +81,7 @@ __all__ = [
     "LINK",
     "LINK_WAIT",
     "NOTIFY_CHANNEL",
+    "OPEN_EVENT_WAITS",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",

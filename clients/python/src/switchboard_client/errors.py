@@ -80,6 +80,17 @@ class TooLarge(SwitchboardError):
     code = "too_large"
 
 
+class Throttled(SwitchboardError):
+    """429: over a per-agent budget (e.g. open event waits); ``limit`` names it."""
+
+    code = "throttled"
+
+    @property
+    def limit(self) -> str | None:
+        value = self.body.get("limit")
+        return str(value) if value is not None else None
+
+
 class MethodNotAllowed(SwitchboardError):
     code = "method_not_allowed"
 
@@ -117,6 +128,7 @@ BY_CODE: dict[str, type[SwitchboardError]] = {
         NotFound,
         Conflict,
         TooLarge,
+        Throttled,
         MethodNotAllowed,
         Unavailable,
         Timeout,
@@ -131,6 +143,7 @@ BY_STATUS: dict[int, type[SwitchboardError]] = {
     405: MethodNotAllowed,
     409: Conflict,
     413: TooLarge,
+    429: Throttled,
     503: Unavailable,
 }
 
