@@ -4,12 +4,14 @@ checks the answer and that nothing changed."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client, override_settings
 
 from ingest.models import Route, Source
@@ -121,6 +123,29 @@ def test_the_mcp_wait_tool_refuses_another_tenants_source_too(mcp_base, make_age
     error = json.loads(result["result"]["content"][0]["text"])["error"]
     assert result["result"]["isError"] and error["code"] == "not_found" and "for.event.source" in error["fields"]
     _unchanged(todo.id)
+
+
+@pytest.mark.django_db
+def test_event_waits_opened_before_the_rule_on_unseen_sources_are_ended_by_the_migration(make_agent, make_todo):
+    _source("billing-gh", routed_to="billing")
+    _source("sandbox-gh", routed_to="sandbox")
+    attacker, owner = make_agent("sandboxed", claim=["sandbox"]), make_agent("billing-bot", claim=["billing"])
+    waits = {}
+    for agent, queue_name, source in ((attacker, "sandbox", "sandbox-gh"), (owner, "billing", "billing-gh")):
+        todo = queue.claim(make_todo(queue_name).id, agent=agent)
+        queue.wait(
+            todo.id, agent=agent, lease_id=todo.lease_id, wait_for={"event": {"source": source}}, timeout_seconds=DAY
+        )
+        waits[agent.name] = todo.id
+    # The attacker's wait as one made before issue 28 could be: on the billing source.
+    Waitpoint.objects.filter(todo_id=waits["sandboxed"]).update(event_source="billing-gh")
+    migration = importlib.import_module("ingest.migrations.0006_close_event_waits_on_unseen_sources")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.END_UNSEEN_EVENT_WAITS)
+    assert queue.time_out_waits(batch=10) == 1
+    ended, kept = Todo.objects.get(pk=waits["sandboxed"]), Todo.objects.get(pk=waits["billing-bot"])
+    assert ended.state == TodoState.PENDING and ended.resolution == {**ended.resolution, "timed_out": True}
+    assert kept.state == TodoState.WAITING and Waitpoint.objects.get(todo_id=kept.id).event_key is not None
 
 
 @pytest.mark.django_db
