@@ -423,7 +423,14 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
         # A value PostgreSQL refuses (a NUL character) that no serializer caught: bad input, not a crash.
         logger.warning("mcp tool %s: the database refused a value", name, exc_info=True)
         return error_result(error_body("invalid", "A value cannot be stored (e.g. a NUL character)."))
+    except MCPError:
+        raise
     except DatabaseError as exc:
         if (answer := dberrors.error_answer(exc)) is None:
-            raise
+            logger.exception("mcp tool %s: unexpected database error", name)
+            return error_result(error_body("internal", "An unexpected error occurred."))
         return error_result(error_body(*answer))
+    except Exception:
+        # A bug: the cause goes to the log, the agent gets REST's 500 body, never the exception's own text.
+        logger.exception("mcp tool %s: unexpected error", name)
+        return error_result(error_body("internal", "An unexpected error occurred."))
