@@ -9,6 +9,7 @@ thread replaces a process whose loop or pool stops moving (switchboard/watchdog.
 """
 
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ keepalive = 5
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "0")) or max_requests // 10
 # Switchboard logs one structured line per request itself (switchboard.request); gunicorn's own
-# access log is off unless asked for.
+# access log is off unless asked for (it masks waitpoint tokens: post_worker_init).
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 # gunicorn's runtime control socket (for gunicornc) defaults to one path per user, which two masters on
 # one host would fight over, and a container user may have no home for it: off unless a path is given.
@@ -69,6 +70,12 @@ def post_worker_init(worker):
     # SystemExit instead runs them. uvicorn installs its own handlers while it serves.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_cleanly)
+    # With an access log on (GUNICORN_ACCESSLOG), a waitpoint token in a path (the older resolve form) is
+    # masked: a filter on the logger holds whatever handlers the worker gives it.
+    from switchboard.logs import RedactTokensFilter
+
+    for name in ("uvicorn.access", "gunicorn.access"):
+        logging.getLogger(name).addFilter(RedactTokensFilter())
 
 
 def child_exit(server, worker):

@@ -8,6 +8,9 @@ class IngestConfig(AppConfig):
     def ready(self) -> None:
         from events import router
         from ingest.routing import IngestRouter
+        from todos import event_sources
 
-        # Replay and the events' scope rule reach ingest through this one seam only.
+        # Replay and the events' scope rule reach ingest through this one seam only; event waits ask
+        # the same rule through todos' seam.
         router.register(IngestRouter())
+        event_sources.register(IngestRouter())

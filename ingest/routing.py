@@ -141,7 +141,8 @@ def replay(event: Event, *, agent: Agent | None = None) -> list[Routed]:
 
 
 class IngestRouter:
-    """ingest's side of the events seam (events/router.py), registered in IngestConfig.ready()."""
+    """ingest's side of the events seam (events/router.py) and of the event waits' seam
+    (todos/event_sources.py), registered in IngestConfig.ready()."""
 
     def replay(self, event: Event, *, agent: Agent | None = None) -> list[Routed]:
         return replay(event, agent=agent)
@@ -149,3 +150,8 @@ class IngestRouter:
     def visible_sources(self, agent: Agent) -> QuerySet[Route, Any]:
         # Every route, active or not, so an agent keeps seeing the history of a route switched off.
         return Route.objects.filter(queue__like_any=agent.visible_like_patterns()).values("source__slug")
+
+    def visible_to(self, agent: Agent, slug: str) -> bool:
+        """todos' side (todos/event_sources.py): may this agent wait on events of ``slug``? The same rule
+        as visible_sources, for one source: a route of it (active or not) into the agent's scopes."""
+        return Route.objects.filter(source__slug=slug, queue__like_any=agent.visible_like_patterns()).exists()

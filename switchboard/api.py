@@ -25,6 +25,7 @@ from rest_framework.utils import encoders
 
 from switchboard import dberrors
 from switchboard.errors import ApplicationError
+from switchboard.logs import redact_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
                 return JsonResponse(error_body("invalid", REFUSED_VALUE), status=400)
             # An API client never gets Django's HTML error page (DEBUG on or off); the trace goes to
             # the log, with the request id the client sees.
-            logger.exception("unhandled error on %s %s", request.method, request.path)
+            logger.exception("unhandled error on %s %s", request.method, redact_tokens(request.path))
             return JsonResponse(error_body("internal", "An unexpected error occurred."), status=500)
         return None
 

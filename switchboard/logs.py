@@ -46,6 +46,28 @@ def _plain(value: Any) -> str:
     return json.dumps(text) if (not text or any(c in text for c in ' "=\n')) else text
 
 
+# A waitpoint token (todos/waitpoints.py's wpt_ prefix and its URL-safe base64) is a credential: a path
+# that holds one (the older POST /api/v1/waitpoints/<token>/resolve/) is logged with it masked.
+WAITPOINT_TOKEN_RE = re.compile(r"wpt_[A-Za-z0-9_-]+")
+WAITPOINT_TOKEN_MASK = "wpt_[redacted]"  # noqa: S105 (a mask, not a secret)
+
+
+def redact_tokens(text: str) -> str:
+    return WAITPOINT_TOKEN_RE.sub(WAITPOINT_TOKEN_MASK, text) if "wpt_" in text else text
+
+
+class RedactTokensFilter(logging.Filter):
+    """Masks waitpoint tokens in a record's message and its string arguments: on the console handler (every
+    record Django's logging config routes), and on the servers' access loggers (switchboard/asgi.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_tokens(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_tokens(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
 class RequestIdFilter(logging.Filter):
     """Stamps each record with the request id of the request being served ("-" outside one)."""
 
@@ -82,10 +104,17 @@ def logging_config(log_format: str, level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": "switchboard.logs.RequestIdFilter"}},
+        "filters": {
+            "request_id": {"()": "switchboard.logs.RequestIdFilter"},
+            "redact_tokens": {"()": "switchboard.logs.RedactTokensFilter"},
+        },
         "formatters": {"switchboard": formatter},
         "handlers": {
-            "console": {"class": "logging.StreamHandler", "formatter": "switchboard", "filters": ["request_id"]}
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "switchboard",
+                "filters": ["request_id", "redact_tokens"],
+            }
         },
         "root": {"handlers": ["console"], "level": level},
         "loggers": {

@@ -258,6 +258,10 @@ API_PAGE_MAX_BYTES = env.int("API_PAGE_MAX_BYTES", default=4 * 1024 * 1024)
 ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
 ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
 ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", default=900)
+# Event waits one agent may keep open at once (429 ``throttled`` beyond; todos/limits.py). Each open
+# event wait is a row every delivery of its source may probe; 1,000 covers a fleet waiting on CI for
+# every open pull request of a busy repository, and bounds what one stolen token can add.
+MAX_OPEN_EVENT_WAITS_PER_AGENT = env.int("MAX_OPEN_EVENT_WAITS_PER_AGENT", default=1000)
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

@@ -75,3 +75,23 @@ class BudgetExceeded(QueueError):
 
     def __init__(self, detail: str, *, limit: str, retry_after: int) -> None:
         super().__init__(detail, limit=limit, retry_after=retry_after)
+
+
+class NotAResolver(QueueError):
+    """A resolve by someone the wait does not name: not an operator, not in its ``resolvers``, or the agent
+    that waits (issue 28). Answered for a todo the caller can see, so nothing leaks; nothing changes."""
+
+    code = "forbidden"
+
+
+class WaitpointUsed(QueueError):
+    """A waitpoint token resolved already (or whose todo no longer waits). Unlike TodoConflict it carries
+    no state: a token holder learns nothing about the todo beyond its own answer (issue 28)."""
+
+    code = "conflict"
+
+
+class TooManyWaits(QueueError):
+    """An agent already holds MAX_OPEN_EVENT_WAITS_PER_AGENT open event waits (429 naming the limit)."""
+
+    code = "throttled"

@@ -22,7 +22,7 @@ from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Func, Q
+from django.db.models import F, Func, Q, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Left, Now, Upper
 
@@ -352,6 +352,14 @@ class Waitpoint(models.Model):
     # for {"todos": [ids]}: nothing here but the timeout (the edges are Dependency rows, the count the
     # todo's dependencies_left).
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # Who waits (the agent that held the lease: it may never resolve its own wait), and whom the wait names
+    # as its resolvers (issue 28, todos/waitpoints.py): exact agent names, and LIKE patterns (glob_to_like)
+    # matched against a resolving agent's claim scopes. Both empty: only the token and operators.
+    waiter = models.CharField(max_length=100, null=True, blank=True)
+    # db_default: a statement written before these columns (a process of the previous release during a
+    # deploy, a bench's raw insert) still makes a wait that names no resolvers.
+    resolver_agents = ArrayField(models.CharField(max_length=100), db_default=Value([]), blank=True)
+    resolver_scopes = ArrayField(models.CharField(max_length=300), db_default=Value([]), blank=True)
 
     class Meta:
         # Each index holds open waits only: closed ones cost the resolvers nothing.
@@ -363,6 +371,12 @@ class Waitpoint(models.Model):
                 fields=["event_key"],
                 condition=Q(event_key__isnull=False, resolved_at__isnull=True),
                 name="waitpoint_event_key",
+            ),
+            # a wait's count of its agent's open event waits (MAX_OPEN_EVENT_WAITS_PER_AGENT).
+            models.Index(
+                fields=["waiter"],
+                condition=Q(event_key__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_open_event_waiter",
             ),
         ]
 

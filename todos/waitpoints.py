@@ -4,8 +4,15 @@ ingest transaction find the waits a delivery resolves with index lookups instead
 A ``for`` is exactly one of:
   {"todos": [ids]}                                       the listed todos all finish
   {"event": {"source", "type" (glob), "match": {...}}}   the first verified event that matches
-  {"token": true}                                        POST /api/v1/waitpoints/<token>/resolve/
-Any wait may also be resolved by an agent whose scopes cover the queue, or by an operator.
+  {"token": true}                                        POST /api/v1/waitpoints/resolve/ {"token": ...}
+An event wait names a source the waiter can see: a route of it reaches the waiter's scopes, the rule of
+GET /api/v1/events/ (todos/event_sources.py asks ingest; refused as an unknown source would be).
+
+Who may resolve a wait besides what it waits for (issue 28): an operator (an admin action, or a staff agent
+with ``can_retry_dead_letters``, which Django's todos.change_todo gives), and the agents the wait names in
+``resolvers`` (agent names, or ``scope:<glob>`` for any agent holding a claim scope the glob matches). Never
+the waiting agent itself, and no other agent when the wait names none: the waiter decides who may answer
+for it, and a token wait (a person's approval) cannot be answered by the agent it holds back.
 
 Event matching. ``match`` maps dotted paths to scalar values ({"check_suite.head_sha": "abc"}). A wait is
 indexed under one key: a hash of (source, its first path, that value), or of (source) alone when it
@@ -18,16 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from todos import limits
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_AWAITED, MAX_MATCH_PATHS, MAX_MATCHABLE_LEAVES, WAIT_TIMEOUT_MAX_SECONDS
-from todos.models import OnTimeout, glob_to_like
+from todos.models import SCOPE_RE, OnTimeout, glob_to_like
 
-SLUG_MAX, TYPE_MAX, PATH_MAX = 100, 200, 200
+SLUG_MAX, TYPE_MAX, PATH_MAX, ID_MAX = 100, 200, 200, 40
+AGENT_NAME_RE = re.compile(r"[-a-zA-Z0-9_]{1,100}")  # Agent.name is a SlugField of up to 100
 TOKEN_PREFIX = "wpt_"  # noqa: S105 (a prefix, not a secret)
+RESOLVER_SCOPE_PREFIX = "scope:"
 
 
 def _bad(detail: str, name: str) -> InvalidTransitionInput:
@@ -36,6 +47,11 @@ def _bad(detail: str, name: str) -> InvalidTransitionInput:
 
 def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
+
+
+def _text(value: Any, max_chars: int) -> bool:
+    """A string PostgreSQL can bind (no NUL) of 1 to ``max_chars`` characters."""
+    return isinstance(value, str) and 1 <= len(value) <= max_chars and "\x00" not in value
 
 
 @dataclass(frozen=True)
@@ -96,17 +112,22 @@ def _parse_event(spec: Any) -> WaitFor:
     if unknown:
         raise _bad(f"Unknown field {unknown[0]!r}; expected source, type, match.", f"for.event.{unknown[0]}")
     source, type_glob, match = spec.get("source"), spec.get("type", "*"), spec.get("match", {})
-    if not isinstance(source, str) or not 1 <= len(source) <= SLUG_MAX:
+    if not isinstance(source, str) or not _text(source, SLUG_MAX):
         raise _bad("source must be the slug of an ingest source.", "for.event.source")
-    if not isinstance(type_glob, str) or not 1 <= len(type_glob) <= TYPE_MAX:
+    if not isinstance(type_glob, str) or not _text(type_glob, TYPE_MAX):
         raise _bad("type must be an event type or a glob of * and ?, e.g. check_suite.*.", "for.event.type")
     if not isinstance(match, dict) or len(match) > MAX_MATCH_PATHS:
         raise _bad(f"match must map up to {MAX_MATCH_PATHS} dotted paths to values.", "for.event.match")
     for path, value in match.items():
-        if not path or len(path) > PATH_MAX or "" in path.split("."):
+        if not _text(path, PATH_MAX) or "" in path.split("."):
             raise _bad(f"{path!r} is not a dotted path such as check_suite.head_sha.", "for.event.match")
         if not _scalar(value):
             raise _bad(f"{path!r}: match values are strings, numbers, booleans or null.", "for.event.match")
+        if isinstance(value, str) and (len(value) > limits.WAIT_MATCH_VALUE_MAX_CHARS or "\x00" in value):
+            raise _bad(
+                f"{path!r}: a match value is at most {limits.WAIT_MATCH_VALUE_MAX_CHARS} characters, without NUL.",
+                "for.event.match",
+            )
     first = sorted(match)[0] if match else ""
     return WaitFor(
         kind="event",
@@ -122,6 +143,8 @@ def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
     """The ``for`` of a wait, checked: InvalidTransitionInput names the field at fault."""
     if not isinstance(spec, dict) or len(spec) != 1:
         raise _bad('for must be exactly one of {"todos": [ids]}, {"event": {...}}, {"token": true}.', "for")
+    if _json_bytes(spec) > limits.WAIT_FOR_MAX_BYTES:
+        raise _bad(f"for is at most {limits.WAIT_FOR_MAX_BYTES} bytes as JSON.", "for")
     ((kind, value),) = spec.items()
     if kind == "token":
         if value is not True:
@@ -132,13 +155,62 @@ def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
     if kind == "todos":
         if not isinstance(value, list) or not 1 <= len(value) <= MAX_AWAITED:
             raise _bad(f"todos must list 1 to {MAX_AWAITED} todo ids.", "for.todos")
-        if not all(isinstance(i, str) and 0 < len(i) <= 40 for i in value):
+        # NUL cannot reach SQL (400); an id of another shape is answered as an unseen one (404 naming it).
+        if not all(_text(i, ID_MAX) for i in value):
             raise _bad("todos must list todo ids.", "for.todos")
-        ids = list(dict.fromkeys(value))
-        if waiter_id in ids:
+        awaited = list(dict.fromkeys(value))
+        if waiter_id in awaited:
             raise _bad("A todo cannot wait for itself.", "for.todos")
-        return WaitFor(kind="todos", shown={"todos": ids}, todo_ids=ids)
+        return WaitFor(kind="todos", shown={"todos": awaited}, todo_ids=awaited)
     raise _bad(f"Unknown kind {kind!r}; expected todos, event or token.", f"for.{kind}")
+
+
+def _json_bytes(value: Any) -> int:
+    try:
+        return len(
+            json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+                "utf-8", "surrogatepass"
+            )
+        )
+    except (TypeError, ValueError, RecursionError):
+        raise _bad("for must be plain JSON.", "for") from None
+
+
+@dataclass(frozen=True)
+class Resolvers:
+    """Who besides the token holder and operators may resolve a wait: exact agent names, and LIKE patterns
+    (glob_to_like) matched against a resolving agent's claim scopes as written. Never a regex."""
+
+    agents: list[str] = field(default_factory=list)
+    scope_likes: list[str] = field(default_factory=list)
+
+
+def parse_resolvers(value: Any) -> Resolvers:
+    """``resolvers`` of a wait, checked: agent names and ``scope:<glob>`` entries, at most
+    WAIT_RESOLVERS_MAX; InvalidTransitionInput names the field at fault."""
+    if value is None:
+        return Resolvers()
+    if not isinstance(value, list) or len(value) > limits.WAIT_RESOLVERS_MAX:
+        raise _bad(
+            f"resolvers must list up to {limits.WAIT_RESOLVERS_MAX} agent names or scope:<glob> entries.", "resolvers"
+        )
+    resolvers = Resolvers()
+    for entry in value:
+        if isinstance(entry, str) and entry.startswith(RESOLVER_SCOPE_PREFIX):
+            glob = entry[len(RESOLVER_SCOPE_PREFIX) :]
+            wildcards = glob.count("*") + glob.count("?")
+            if not SCOPE_RE.match(glob) or wildcards > limits.WAIT_RESOLVER_WILDCARDS_MAX:
+                raise _bad(
+                    f"{entry[:60]!r}: scope:<glob> takes a claim scope or a glob of * and ? (at most "
+                    f"{limits.WAIT_RESOLVER_WILDCARDS_MAX} wildcards).",
+                    "resolvers",
+                )
+            resolvers.scope_likes.append(glob_to_like(glob))
+        elif isinstance(entry, str) and AGENT_NAME_RE.fullmatch(entry):
+            resolvers.agents.append(entry)
+        else:
+            raise _bad(f"{str(entry)[:60]!r} is neither an agent name nor scope:<glob>.", "resolvers")
+    return resolvers
 
 
 def check_timeout(timeout_seconds: Any, on_timeout: Any) -> tuple[float, str]:

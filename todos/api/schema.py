@@ -31,6 +31,7 @@ _ERRORS = {
     404: ("not_found", "No such todo in the caller's scopes.", None),
     409: ("conflict", "The todo exists but is not in a state (or lease) that allows this.", None),
     413: ("too_large", "The request body or a JSON value is over its size limit.", None),
+    429: ("throttled", "Over a per-agent budget; `limit` names it.", None),
     503: ("unavailable", "The database is unavailable, or timed out (code `timeout`); retry shortly.", None),
 }
 
@@ -234,7 +235,7 @@ WAIT_EXAMPLES = [
         "an event",
     ),
     _res(_WAITING, "waiting for the event"),
-    _req({**_LEASE, "for": {"token": True}, "timeout_seconds": 86400}, "a token"),
+    _req({**_LEASE, "for": {"token": True}, "timeout_seconds": 86400, "resolvers": ["release-manager"]}, "a token"),
     _res(
         {
             **_WAITING,
@@ -253,11 +254,19 @@ RESOLVE_EXAMPLES = [
         {
             **_PENDING,
             "owner": "reviewer/host-1",
-            "resolution": {"by": "agent", "at": "2026-01-01T12:30:00Z", "data": {"approved": True}},
+            "resolution": {
+                "by": "agent",
+                "at": "2026-01-01T12:30:00Z",
+                "data": {"approved": True},
+                "resolved_by": "release-manager",
+            },
         }
     ),
 ]
-WAITPOINT_RESOLVE_EXAMPLES = [_req({"data": {"approved": True, "by": "jo"}}), _res({"resolved": True})]
+WAITPOINT_RESOLVE_EXAMPLES = [
+    _req({"token": "wpt_Qm9vZ2llV29vZ2llQm9vZ2llV29vZ2ll", "data": {"approved": True, "by": "jo"}}),
+    _res({"resolved": True}),
+]
 CANCEL_EXAMPLES = [_req({"reason": "duplicate PR"}), _res(_CANCELLED)]
 QUEUE_CONTROL_EXAMPLES = [
     _req({"max_claimed": 3, "rate_per_second": 20, "rate_burst": 5}),

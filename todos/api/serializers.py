@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
+from todos import limits
 from todos.api.fields import (
     BoundedJSONField,
     CheckpointField,
@@ -642,12 +643,26 @@ class WaitInput(StrictInput):
         default="pending",
         help_text="pending: runnable again with timed_out; fail: a failure that counts toward the attempts.",
     )
+    resolvers = serializers.ListField(
+        child=serializers.CharField(max_length=300),
+        max_length=limits.WAIT_RESOLVERS_MAX,
+        required=False,
+        help_text="Who besides the token holder and operators may resolve this wait (POST "
+        "/todos/<id>/resolve/): agent names, or scope:<glob> for any agent holding a claim scope the glob "
+        "matches. Never the waiting agent. Absent: no agent may.",
+    )
 
 
 class ResolveInput(StrictInput):
     # Named like Serializer.data; the metaclass takes it off the class (see TodoSerializer.errors).
     data = BoundedJSONField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None, help_text="Handed to the next claim."
+    )
+
+
+class WaitpointResolveInput(ResolveInput):
+    token = serializers.CharField(
+        max_length=100, help_text="The waitpoint's token (wpt_...): in the body, so it stays out of URLs and logs."
     )
 
 

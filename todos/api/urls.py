@@ -19,6 +19,7 @@ urlpatterns = [
     path("todos/<str:todo_id>/release/", views.TodoReleaseApi.as_view(), name="todo-release"),
     path("todos/<str:todo_id>/wait/", views.TodoWaitApi.as_view(), name="todo-wait"),
     path("todos/<str:todo_id>/resolve/", views.TodoResolveApi.as_view(), name="todo-resolve"),
+    path("waitpoints/resolve/", views.WaitpointResolveByBodyApi.as_view(), name="waitpoint-resolve-token"),
     path("waitpoints/<str:token>/resolve/", views.WaitpointResolveApi.as_view(), name="waitpoint-resolve"),
     path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
     path("todos/<str:todo_id>/run-now/", views.TodoRunNowApi.as_view(), name="todo-run-now"),

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -51,6 +52,7 @@ from todos.api.serializers import (
     TodoSerializer,
     WaitingTodoSerializer,
     WaitInput,
+    WaitpointResolveInput,
     batch_outcomes,
     valid_batch,
 )
@@ -462,12 +464,14 @@ class TodoWaitApi(APIView):
         description="The holder gives the lease back (as release: the attempt is returned) and the todo is "
         "`waiting`, never claimed, until what `for` names resolves it: the listed todos all finish (done, "
         "cancelled or dead-lettered), a verified event of the source whose type and payload match, or the "
-        "token's resolve (the answer's `waitpoint`, shown this once). An agent whose scopes cover the queue, "
-        "or an operator, may resolve any wait. Then it is pending at once, and its next claim shows "
-        "`resolution`. After `timeout_seconds`: pending with `resolution.timed_out`, or for `on_timeout` "
-        '"fail" a failure that counts toward the attempts. 404 names an awaited todo the caller cannot see.',
+        "token's resolve (the answer's `waitpoint`, shown this once). Besides, an operator may resolve any wait, "
+        "and the agents `resolvers` names (never the waiting agent; absent, no agent). Then it is pending at "
+        "once, and its next claim shows `resolution`. After `timeout_seconds`: pending with "
+        '`resolution.timed_out`, or for `on_timeout` "fail" a failure that counts toward the attempts. 404 names '
+        "an awaited todo, or an event source, the caller cannot see (an event source is seen when a route of it "
+        "reaches the caller's scopes, as for GET /events/). 429 past MAX_OPEN_EVENT_WAITS_PER_AGENT.",
         request=WaitInput,
-        **docs.documented(WaitingTodoSerializer, (400, 401, 404, 409, 413), docs.WAIT_EXAMPLES),
+        **docs.documented(WaitingTodoSerializer, (400, 401, 404, 409, 413, 429), docs.WAIT_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(WaitInput, request.data)
@@ -478,23 +482,37 @@ class TodoWaitApi(APIView):
             wait_for=data["for"],
             timeout_seconds=data["timeout_seconds"],
             on_timeout=data["on_timeout"],
+            resolvers=data.get("resolvers"),
         )
         body: dict[str, Any] = dict(TodoSerializer(todo).data)
         if token is not None:
-            url = request.build_absolute_uri(f"/api/v1/waitpoints/{token}/resolve/")
-            body["waitpoint"] = {"token": token, "resolve_url": url}
+            body["waitpoint"] = {"token": token, "resolve_url": _resolve_url(request, token)}
         return Response(body)
+
+
+def _resolve_url(request: Request, token: str) -> str:
+    """The token's own resolve URL (kept for the clients that post to it; the documented form posts the
+    token in the body to /api/v1/waitpoints/resolve/). https when this request came by https as far as
+    anyone says: behind a TLS proxy whose X-Forwarded-Proto is not trusted (TRUST_X_FORWARDED_PROTO off),
+    request.scheme says http, and a link by http would carry the token in clear. The header may only
+    upgrade the caller's own link, never downgrade it, so trusting it here gives a forger nothing."""
+    url = request.build_absolute_uri(f"/api/v1/waitpoints/{token}/resolve/")
+    said_https = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower() == "https"
+    if url.startswith("http://") and (said_https or settings.SECURE_SSL_REDIRECT):
+        url = "https://" + url.removeprefix("http://")
+    return url
 
 
 class TodoResolveApi(APIView):
     @extend_schema(
         operation_id="todos_resolve",
         summary="Resolve a waiting todo",
-        description="For agents whose claim or create scopes cover the queue (and staff): whatever it waits "
-        'for, it becomes pending at once with `resolution: {by: "agent", at, data}`. 409 with the state if '
-        "it is not waiting.",
+        description="For an operator (staff with `todos.change_todo`) or an agent the wait names in its "
+        "`resolvers`, never the waiting agent: whatever it waits for, it becomes pending at once with "
+        '`resolution: {by: "agent" or "operator", at, data, resolved_by}`. 403 for anyone else (nothing '
+        "changes), 409 with the state if it is not waiting.",
         request=ResolveInput,
-        **docs.documented(TodoSerializer, (400, 401, 404, 409, 413), docs.RESOLVE_EXAMPLES),
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), docs.RESOLVE_EXAMPLES),
     )
     def post(self, request: Request, todo_id: str) -> Response:
         agent = _operating_agent(request, _todo_id(todo_id))
@@ -508,20 +526,38 @@ class WaitpointResolveApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
 
-    @extend_schema(
-        operation_id="waitpoints_resolve",
-        summary="Resolve a token wait",
-        description="No other credential: the token is one. The waiting todo becomes pending with "
-        '`resolution: {by: "token", at, data}`. Once only: a second resolve is 409, an unknown token 404.',
-        request=ResolveInput,
-        auth=[],
-        **docs.documented(ResolvedSerializer, (400, 404, 409, 413), docs.WAITPOINT_RESOLVE_EXAMPLES),
-    )
+    # Kept working for the clients and links made before issue 28, and left out of the schema: the token in
+    # a path reaches access logs and Referer headers. WaitpointResolveByBodyApi is the documented form.
+    @extend_schema(exclude=True)
     def post(self, request: Request, token: str) -> Response:
         data = _valid(ResolveInput, request.data)
         if not 1 <= len(token) <= 100:
             raise TodoNotFound("No waitpoint has this token.")
         queue.resolve_token(token, data=data["data"])
+        return Response({"resolved": True})
+
+
+class WaitpointResolveByBodyApi(APIView):
+    """The documented form (issue 28): the token travels in the body, so access logs, error logs and
+    Referer headers never see it. The credential is the token, as for the path form."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="waitpoints_resolve",
+        summary="Resolve a token wait",
+        description="No other credential: the token is one. The waiting todo becomes pending with "
+        '`resolution: {by: "token", at, data}`. Once only: a second resolve is 409 (without the todo\'s '
+        "state), an unknown token 404. The token travels in the body, so it stays out of URLs and logs (the "
+        "older `POST /api/v1/waitpoints/<token>/resolve/` keeps working).",
+        request=WaitpointResolveInput,
+        auth=[],
+        **docs.documented(ResolvedSerializer, (400, 404, 409, 413), docs.WAITPOINT_RESOLVE_EXAMPLES),
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(WaitpointResolveInput, request.data)
+        queue.resolve_token(data["token"], data=data["data"])
         return Response({"resolved": True})
 
 

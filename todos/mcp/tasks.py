@@ -23,22 +23,27 @@ is what a stateless server answers from any process.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from rest_framework import serializers
 
 from switchboard import ids
+from switchboard.api import error_body
 from todos import queue, states
 from todos.api.fields import _iso
-from todos.api.serializers import TodoSerializer
+from todos.api.serializers import ResolveInput, TodoSerializer
 from todos.errors import QueueError
 from todos.mcp import tools
 from todos.models import Agent, Todo
+
+logger = logging.getLogger(__name__)
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 2000
@@ -162,14 +167,34 @@ def _visible(agent: Agent, task_id: str) -> Todo:
     return todo
 
 
+def _invalid_params(body: dict[str, Any]) -> MCPError:
+    """-32602 with the REST error body as its data, so a client reads the same code and fields as REST's."""
+    return MCPError(code=INVALID_PARAMS, message=str(body["error"]["detail"]), data=body)
+
+
 async def _run(ctx: ServerRequestContext[Any], work: Any) -> dict[str, Any]:
+    """Run a task method's work in the pool. Every failure is answered here: a refused transition or bad
+    input is -32602 with the REST error body, a lost database INTERNAL_ERROR; anything else is logged with
+    its cause and answered with a fixed text, so nothing unexpected reaches the SDK's own error text."""
     if not declares_tasks(ctx):
         raise _missing_capability()
     try:
         result: dict[str, Any] = await tools.in_thread(work)
         return result
+    except MCPError:
+        raise
     except (OperationalError, InterfaceError):
         raise MCPError(code=INTERNAL_ERROR, message="The database is unavailable; retry shortly.") from None
+    except QueueError as exc:
+        raise _invalid_params(error_body(exc.code, exc.detail, **exc.extra)) from None
+    except serializers.ValidationError as exc:
+        raise _invalid_params(error_body("invalid", "The request is invalid.", fields=exc.detail)) from None
+    except DataError:
+        logger.warning("tasks: the database refused a value", exc_info=True)
+        raise _invalid_params(error_body("invalid", "A value cannot be stored (e.g. a NUL character).")) from None
+    except Exception:
+        logger.exception("tasks: unexpected error")
+        raise MCPError(code=INTERNAL_ERROR, message="An unexpected error occurred.") from None
 
 
 async def get_task(ctx: ServerRequestContext[Any], params: TaskIdParams) -> dict[str, Any]:
@@ -203,12 +228,17 @@ async def update_task(ctx: ServerRequestContext[Any], params: UpdateTaskParams) 
         # Responses to keys that are not outstanding are ignored, as the extension asks.
         if isinstance(answer, dict):
             action = answer.get("action", "accept")
-            data = answer.get("content") if action == "accept" else {"action": action}
+            content = answer.get("content") if action == "accept" else {"action": str(action)[:100]}
+            # Bounded and storable as REST's resolve data is (MAX_PAYLOAD_BYTES, no NUL).
+            data = tools._valid(ResolveInput, {"data": content})["data"]
             try:
+                # Only an operator or an agent the wait names may answer it (403 -> -32602 below).
                 queue.resolve(todo.id, by=agent.name, data=data, agent=agent)
             except QueueError as exc:
                 if exc.code == "not_found":
                     raise _not_found() from None
+                if exc.code != "conflict":
+                    raise
                 # Resolved meanwhile (another answer won): the ack stands; tasks/get shows the outcome.
         return {"resultType": "complete"}
 

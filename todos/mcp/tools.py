@@ -12,12 +12,13 @@ Schemas are written by hand and kept small: clients put the whole tool list into
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
@@ -44,7 +45,13 @@ from todos.api.serializers import (
     valid_batch,
 )
 from todos.errors import QueueError, TodoNotFound
-from todos.limits import DEFAULT_LIST_LIMIT, LONG_POLL_MAX_SECONDS, MAX_CREATE_BATCH, MAX_LIST_LIMIT
+from todos.limits import (
+    DEFAULT_LIST_LIMIT,
+    LONG_POLL_MAX_SECONDS,
+    MAX_CREATE_BATCH,
+    MAX_LIST_LIMIT,
+    WAIT_TIMEOUT_MAX_SECONDS,
+)
 from todos.models import Agent, Todo
 from todos.selectors import queue_stats
 
@@ -55,6 +62,7 @@ JSONObject = dict[str, Any]
 
 # --- schemas ----------------------------------------------------------------------------------
 
+logger = logging.getLogger(__name__)
 _STR = {"type": "string"}
 _NUM = {"type": "number"}
 _ID = {"type": "string", "description": "Todo id (td_...)."}
@@ -186,6 +194,7 @@ async def wait(agent: Agent, args: Args) -> JSONObject:
             wait_for=data["for"],
             timeout_seconds=data["timeout_seconds"],
             on_timeout=data["on_timeout"],
+            resolvers=data.get("resolvers"),
         )
         body = _one(todo)
         if token is not None:
@@ -353,15 +362,16 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "wait",
-            "Give your lease back and wait until for resolves: {todos:[ids]} all finish, {event:{source,type,"
-            "match}} arrives, or {token:true} is resolved. Your next claim shows resolution.",
+            "Give your lease back until for resolves: {todos:[ids]} finish, {event:{source,type,match}} arrives, "
+            "{token:true} is resolved, or an agent in resolvers does.",
             _input(
                 {
                     "id": _ID,
                     "lease_id": _LEASE_ID,
                     "for": {"type": "object"},
-                    "timeout_seconds": {"type": "number", "maximum": 2592000},
+                    "timeout_seconds": {"type": "number", "maximum": WAIT_TIMEOUT_MAX_SECONDS},
                     "on_timeout": {"enum": ["pending", "fail"]},
+                    "resolvers": {"type": "array"},
                 },
                 ("id", "lease_id", "for", "timeout_seconds"),
             ),
@@ -370,8 +380,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            "Create a todo in a queue you may create in, optionally for one agent. Or todos: up to "
-            f"{MAX_CREATE_BATCH} of them "
+            f"Create a todo in your create scopes, optionally for one agent. Or todos: up to {MAX_CREATE_BATCH} "
             "(plus depends_on_index: earlier items), all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {
@@ -427,7 +436,18 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
         return error_result(_invalid(exc.detail))
     except QueueError as exc:
         return error_result(error_body(exc.code, exc.detail, **exc.extra))
+    except DataError:
+        # A value PostgreSQL refuses (a NUL character) that no serializer caught: bad input, not a crash.
+        logger.warning("mcp tool %s: the database refused a value", name, exc_info=True)
+        return error_result(error_body("invalid", "A value cannot be stored (e.g. a NUL character)."))
+    except MCPError:
+        raise
     except DatabaseError as exc:
         if (answer := dberrors.error_answer(exc)) is None:
-            raise
+            logger.exception("mcp tool %s: unexpected database error", name)
+            return error_result(error_body("internal", "An unexpected error occurred."))
         return error_result(error_body(*answer))
+    except Exception:
+        # A bug: the cause goes to the log, the agent gets REST's 500 body, never the exception's own text.
+        logger.exception("mcp tool %s: unexpected error", name)
+        return error_result(error_body("internal", "An unexpected error occurred."))

@@ -10,11 +10,11 @@ from typing import Any
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from todos import sql, tracing, waitpoints
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos import event_sources, limits, sql, tracing, waitpoints
+from todos.errors import InvalidTransitionInput, NotAResolver, TodoConflict, TodoNotFound, TooManyWaits, WaitpointUsed
 from todos.metrics import TRANSITIONS, counted
-from todos.models import Agent, Todo, hash_token, visible_patterns
-from todos.queue._common import JSON, one
+from todos.models import Agent, Todo, TodoState, Waitpoint, hash_token, visible_patterns
+from todos.queue._common import JSON, miss
 from todos.queue.lease import with_receipt
 from todos.rows import fetch_todos, fetchall
 
@@ -29,13 +29,17 @@ def wait(
     wait_for: Any,
     timeout_seconds: Any,
     on_timeout: Any = "pending",
+    resolvers: Any = None,
 ) -> tuple[Todo, str | None]:
     """claimed -> waiting, giving the lease and the attempt back (as release), until what ``wait_for``
     names resolves it or ``timeout_seconds`` pass. Returns the todo and, for a token wait, the token (shown
     this once: only its hash is stored). Needs the current receipt. A wait on todos that have all finished
-    resolves at once."""
+    resolves at once. ``resolvers``: who besides the token and operators may resolve it
+    (todos/waitpoints.py); never the waiting agent. An event wait names a source the agent can see (else
+    404 as for an unknown source), within MAX_OPEN_EVENT_WAITS_PER_AGENT (429)."""
     spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
     timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
+    named = waitpoints.parse_resolvers(resolvers)
     token = waitpoints.new_token() if spec.kind == "token" else None
     params = {
         "waiting_for": Jsonb(spec.shown),
@@ -48,7 +52,11 @@ def wait(
         "key": spec.key,
         "awaited": len(spec.todo_ids),
         "unlink": spec.kind != "todos",
+        "resolver_agents": named.agents,
+        "resolver_scopes": named.scope_likes,
     }
+    if spec.kind == "event":
+        return _wait_for_event(todo_id, agent, lease_id, spec.source or "", params), None
     if spec.kind != "todos":
         return with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params), token
     # A wait on todos: its edges as a create's dependencies (todos/sql/dependencies.py), settled by the same
@@ -65,6 +73,27 @@ def wait(
         return fetch_todos(sql.TODOS_BY_ID, {"ids": [todo.id]})[0], None
 
 
+def _wait_for_event(todo_id: str, agent: Agent, lease_id: str, source: str, params: dict[str, Any]) -> Todo:
+    """An event wait, in one short transaction: the source must be one the agent may see events of (the rule
+    of GET /api/v1/events/, asked through todos/event_sources.py), and the agent's open event waits must be
+    below the cap. The transaction-scoped advisory lock on the agent's name makes its count and its insert
+    one step, so concurrent waits of one agent cannot pass the cap together."""
+    if not event_sources.visible_to(agent, source):
+        # The same answer for a source that does not exist: slugs do not leak.
+        raise TodoNotFound(f"No event source {source[:100]!r}.", fields={"for.event.source": ["No such source."]})
+    cap = limits.max_open_event_waits_per_agent()
+    with transaction.atomic():
+        fetchall(sql.AGENT_LOCK, {"key": f"event-waits:{agent.name}"})
+        ((open_waits,),) = fetchall(sql.OPEN_EVENT_WAITS, {"agent": agent.name, "cap": cap})
+        if open_waits >= cap:
+            raise TooManyWaits(
+                f"This agent already has {cap} open event waits (MAX_OPEN_EVENT_WAITS_PER_AGENT).",
+                limit="MAX_OPEN_EVENT_WAITS_PER_AGENT",
+                max=cap,
+            )
+        return with_receipt(sql.WAIT, "wait", todo_id, agent, lease_id, **params)
+
+
 @counted("resolve")
 @tracing.traced("resolve")
 def resolve_token(token: str, *, data: JSON = None) -> Todo:
@@ -74,11 +103,10 @@ def resolve_token(token: str, *, data: JSON = None) -> Todo:
     rows = fetch_todos(sql.RESOLVE_TOKEN, {"hash": digest, "data": Jsonb(data)})
     if rows:
         return rows[0]
-    found = fetchall(sql.WAITPOINT_BY_HASH, {"hash": digest})
-    if not found:
+    if not fetchall(sql.WAITPOINT_BY_HASH, {"hash": digest}):
         raise TodoNotFound("No waitpoint has this token.")
-    state = Todo.objects.filter(pk=found[0][0]).values_list("state", flat=True).first() or "unknown"
-    raise TodoConflict("This waitpoint was resolved already (or its todo no longer waits).", state=state)
+    # Without the todo's state: the token is the holder's only credential, and it is spent.
+    raise WaitpointUsed("This waitpoint was resolved already (or its todo no longer waits).")
 
 
 @counted("resolve")
@@ -92,18 +120,39 @@ def resolve(
     verdict: str | None = None,
     note: str = "",
 ) -> Todo:
-    """waiting -> pending, whatever it waits for: an agent whose scopes cover the queue (``agent``), or an
-    operator (``agent`` None, ``verdict`` "approved" or "rejected" with a ``note``). ``by`` names who."""
+    """waiting -> pending, whatever it waits for, by someone the wait allows (issue 28): an operator
+    (``agent`` None: an admin action, with ``verdict`` "approved" or "rejected" and a ``note``; or an agent
+    with ``can_retry_dead_letters``, which staff get from Django's todos.change_todo), or an agent the wait
+    names in its resolvers; never the agent that waits, and no other agent when it names none. ``by`` names
+    who, and the resolution records it. Refused: NotAResolver (403), nothing changed."""
     detail: dict[str, Any] = {"data": data, "resolved_by": by}
-    kind = "agent" if agent is not None else "operator"
+    operator = agent is None or agent.can_retry_dead_letters
     if verdict is not None:
         if verdict not in ("approved", "rejected"):
             raise InvalidTransitionInput("verdict must be 'approved' or 'rejected'.", field="verdict")
         detail.update(verdict=verdict, note=note)
     rows = fetch_todos(
-        sql.RESOLVE_MANUAL, {"id": todo_id, "visible": visible_patterns(agent), "by": kind, "detail": Jsonb(detail)}
+        sql.RESOLVE_MANUAL,
+        {
+            "id": todo_id,
+            "visible": visible_patterns(agent),
+            "by": "operator" if operator else "agent",
+            "detail": Jsonb(detail),
+            "agent": agent.name if agent is not None else None,
+            "operator": operator,
+            "claim_scopes": list(agent.claim_scopes) if agent is not None else [],
+        },
     )
-    return one(rows, todo_id, agent, "resolve")
+    if rows:
+        return rows[0]
+    refused = miss(todo_id, agent, "resolve")
+    if isinstance(refused, TodoConflict) and refused.state == TodoState.WAITING and _has_open_wait(todo_id):
+        raise NotAResolver("Only an operator or an agent this wait names in its resolvers may resolve it.")
+    raise refused
+
+
+def _has_open_wait(todo_id: str) -> bool:
+    return Waitpoint.objects.filter(todo_id=todo_id, resolved_at__isnull=True).exists()
 
 
 @tracing.traced("resolve")

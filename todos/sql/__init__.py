@@ -60,7 +60,9 @@ from todos.sql.retention import (
     PURGE_EVENTS,
 )
 from todos.sql.waits import (
+    AGENT_LOCK,
     LINK_WAIT,
+    OPEN_EVENT_WAITS,
     RESOLVE_EVENTS,
     RESOLVE_MANUAL,
     RESOLVE_TOKEN,
@@ -71,6 +73,7 @@ from todos.sql.waits import (
 
 __all__ = [
     "ADMIT_NEW_QUEUES",
+    "AGENT_LOCK",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -95,6 +98,7 @@ __all__ = [
     "LOCK_CREATE_SCOPES",
     "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
+    "OPEN_EVENT_WAITS",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",

@@ -1,7 +1,7 @@
 """Claims (claim_next, claim) and the queue controls' CTEs every claim starts with."""
 
 from todos import states as S
-from todos.sql.common import _RETURNING_T
+from todos.sql.common import _ERRORS_KEPT, _RETURNING_T
 
 # Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
 # Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
@@ -24,8 +24,9 @@ _CLAIM_SET = f"""
     next_retry_at = NULL,
     -- re-claiming a lapsed lease before the reaper saw it records the lapse, as the reaper would, and
     -- when this claim took it over (reclaimed_at = this claim's claimed_at: the metrics count these)
-    errors = CASE WHEN {S.CLAIMED.sql("t")} THEN t.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired', 'reclaimed_at', now()))
+    errors = CASE WHEN {S.CLAIMED.sql("t")} THEN jsonb_path_query_array(t.errors || jsonb_build_array(
+            jsonb_build_object('attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired',
+                'reclaimed_at', now())), {_ERRORS_KEPT})
         ELSE t.errors END"""
 
 

@@ -2,6 +2,7 @@
 that module). It imports no other module of the package.
 """
 
+from todos import limits
 from todos import states as S
 
 _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotency_key, assignee, state, owner,
@@ -19,6 +20,12 @@ TODO_COLUMNS = _TODO_COLUMNS
 # reaper has swept it yet.
 _HOLDS_RECEIPT = """id = %(id)s AND lease_id = %(lease_id)s AND split_part(owner, '/', 1) = %(agent)s
     AND queue LIKE ANY(%(visible)s::text[])"""
+
+# A todo's errors keep their last ERRORS_KEPT entries (issue 28): every statement that appends writes
+# jsonb_path_query_array(<errors and the new entries>, _ERRORS_KEPT), so a todo that waits or is re-claimed
+# again and again keeps a bounded history. The jsonpath slice clamps to the array's bounds.
+_ERRORS_KEPT = f"'$[last - {limits.ERRORS_KEPT - 1} to last]'"
+
 
 # Transitions that make work claimable at once NOTIFY this channel with the queue's name, inside
 # their own statement (no extra round trip); todos/longpoll.py wakes that many long-polling claims of
@@ -70,8 +77,8 @@ def _resolved_set(by: str, detail: str = "'{}'::jsonb") -> str:
     waiting_for = NULL,
     dependencies_left = 0,
     resolution = jsonb_build_object('by', {by}, 'at', now()) || {detail},
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', t.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by})),
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', 'wait resolved', 'by', {by})), {_ERRORS_KEPT}),
     updated_at = now()"""
 
 

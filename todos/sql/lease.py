@@ -3,7 +3,7 @@ which tells a refused transition's not found from its conflict.
 """
 
 from todos import states as S
-from todos.sql.common import _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
+from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -87,8 +87,8 @@ FAIL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'failed',
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', t.attempt, 'at', now(), 'error', %(error)s::text)),
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'error', %(error)s::text)), {_ERRORS_KEPT}),
     next_retry_at = CASE WHEN {S.BELOW_CAP.sql("t")} THEN now() + make_interval(secs => COALESCE(
         %(retry_in)s::double precision,
         random() * LEAST(%(backoff_cap)s::double precision,

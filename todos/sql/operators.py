@@ -6,7 +6,7 @@ not pass it are left alone and simply not returned.
 """
 
 from todos import states as S
-from todos.sql.common import _TODO_COLUMNS, _finishing, _notifying
+from todos.sql.common import _ERRORS_KEPT, _TODO_COLUMNS, _finishing, _notifying
 
 # retry_dead_letter (operator): dead-letter -> pending, with a new budget (reset) or one more try (once).
 # Notifies.
@@ -15,9 +15,9 @@ UPDATE todos_todo t SET
     state = 'pending',
     attempt = CASE WHEN %(mode)s = 'reset' THEN 0 ELSE t.attempt END,
     max_attempts = CASE WHEN %(mode)s = 'once' THEN GREATEST(t.max_attempts, t.attempt + 1) ELSE t.max_attempts END,
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry',
-        'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)),
+        'operator', %(operator)s::text, 'mode', %(mode)s::text, 'note', %(note)s::text)), {_ERRORS_KEPT}),
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -34,8 +34,9 @@ RETRY_NOW = _notifying(
     f"""
 UPDATE todos_todo t SET
     state = 'pending',
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator retry now', 'operator', %(operator)s::text)),
+        {_ERRORS_KEPT}),
     next_retry_at = NULL,
     updated_at = now()
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.RETRY_WAITING.sql("t")}
@@ -71,9 +72,9 @@ FORCE_RELEASE = _notifying(
     f"""
 UPDATE todos_todo t SET
     state = 'pending',
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator force-release',
-        'operator', %(operator)s::text, 'owner', t.owner)),
+        'operator', %(operator)s::text, 'owner', t.owner)), {_ERRORS_KEPT}),
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,
@@ -93,9 +94,9 @@ CANCEL = _finishing(
     f"""
 UPDATE todos_todo t SET
     state = 'cancelled',
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'cancelled', 'cancelled_by', %(operator)s::text,
-        'reason', %(reason)s::text, 'was', t.state, 'owner', t.owner)),
+        'reason', %(reason)s::text, 'was', t.state, 'owner', t.owner)), {_ERRORS_KEPT}),
     completed_at = now(),
     lease_id = NULL,
     lease_expires_at = NULL,
@@ -118,8 +119,9 @@ RUN_NOW = _notifying(
 UPDATE todos_todo t SET
     state = 'pending',
     run_at = now(),
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
+    errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
         'attempt', t.attempt, 'at', now(), 'error', 'operator run now', 'operator', %(operator)s::text)),
+        {_ERRORS_KEPT}),
     updated_at = now()
 WHERE t.id = ANY(%(ids)s::text[]) AND {S.SCHEDULED.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {_TODO_COLUMNS}

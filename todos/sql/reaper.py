@@ -1,7 +1,7 @@
 """The reaper's batches: lapsed leases, due retries and due scheduled todos to pending."""
 
 from todos import states as S
-from todos.sql.common import _finishing, _notifying
+from todos.sql.common import _ERRORS_KEPT, _finishing, _notifying
 
 _LEASE_EXPIRED_ERROR = """jsonb_build_array(jsonb_build_object(
     'attempt', t.attempt, 'at', t.lease_expires_at, 'error', 'lease expired'))"""
@@ -20,7 +20,7 @@ WITH lapsed AS MATERIALIZED (
 )
 UPDATE todos_todo t SET
     state = CASE WHEN {S.BELOW_CAP.sql("t")} THEN 'pending' ELSE 'failed' END,
-    errors = t.errors || {_LEASE_EXPIRED_ERROR},
+    errors = jsonb_path_query_array(t.errors || {_LEASE_EXPIRED_ERROR}, {_ERRORS_KEPT}),
     next_retry_at = NULL,
     updated_at = now()
 FROM lapsed

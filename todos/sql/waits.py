@@ -7,7 +7,15 @@ the other finds resolved_at set when it re-reads the locked row and changes noth
 """
 
 from todos import states as S
-from todos.sql.common import _HOLDS_RECEIPT, _OUTCOME, _RETURNING_T, NOTIFY_CHANNEL, _finishing, _resolved_set
+from todos.sql.common import (
+    _ERRORS_KEPT,
+    _HOLDS_RECEIPT,
+    _OUTCOME,
+    _RETURNING_T,
+    NOTIFY_CHANNEL,
+    _finishing,
+    _resolved_set,
+)
 
 # wait (the holder): claimed (or pending with its lapsed receipt, as release) -> waiting, giving the
 # lease and the attempt back, and opens its waitpoint (a new wait replaces the todo's last one). Guard:
@@ -25,9 +33,9 @@ WITH changed AS (
         waiting_for = %(waiting_for)s,
         resolution = NULL,
         dependencies_left = %(awaited)s,
-        errors = t.errors || jsonb_build_array(jsonb_build_object(
+        errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt, 'at', now(), 'error', 'waiting', 'for', %(waiting_for)s::jsonb,
-            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)),
+            'timeout_seconds', %(timeout)s::double precision, 'on_timeout', %(on_timeout)s::text)), {_ERRORS_KEPT}),
         updated_at = now()
     WHERE {_HOLDS_RECEIPT} AND {(S.CLAIMED | S.PENDING).sql("t")}
     RETURNING {_RETURNING_T}
@@ -37,14 +45,17 @@ unlinked AS (
 ),
 opened AS (
     INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
-        event_type_like, event_match, event_key, resolved_at)
+        event_type_like, event_match, event_key, resolved_at, waiter, resolver_agents, resolver_scopes)
     SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
-        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL
+        %(source)s, %(type_like)s, %(match)s, %(key)s, NULL, %(agent)s, %(resolver_agents)s::text[],
+        %(resolver_scopes)s::text[]
     FROM changed
     ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
         timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
         event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
-        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL
+        event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL,
+        waiter = EXCLUDED.waiter, resolver_agents = EXCLUDED.resolver_agents,
+        resolver_scopes = EXCLUDED.resolver_scopes
 )
 SELECT * FROM changed
 """
@@ -115,15 +126,39 @@ RESOLVE_TOKEN = _resolving(
     "jsonb_build_object('data', %(data)s::jsonb)",
 )
 
+# One agent's event waits, one at a time (in the transaction of queue.wait's event branch): its count of
+# OPEN_EVENT_WAITS and its WAIT are then one step. Transaction-scoped, so it holds under PgBouncer's
+# transaction mode, and is released at commit or rollback.
+AGENT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
+
+# The open event waits of one agent whose todos still wait (a cancelled todo's wait stays open until its
+# timeout sweeps it, and is not counted): MAX_OPEN_EVENT_WAITS_PER_AGENT. Index: waitpoint_open_event_waiter,
+# then each todo's primary key; at most the cap plus one rows are read.
+OPEN_EVENT_WAITS = f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM todos_waitpoint w JOIN todos_todo t ON t.id = w.todo_id AND {S.WAITING.sql("t")}
+    WHERE w.waiter = %(agent)s AND w.event_key IS NOT NULL AND w.resolved_at IS NULL
+    LIMIT %(cap)s
+) open_waits
+"""
+
 # A token's waitpoint, open or closed (telling a second resolve, 409, from an unknown token, 404).
 WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE token_hash = %(hash)s"
 
-# resolve (an agent whose scopes cover the queue, or an operator): any open wait of this todo. %(by)s
-# names who; %(detail)s the data (and an operator's verdict and note).
+# resolve (issue 28: who may resolve is part of the wait): the open wait of this todo, within the caller's
+# scopes, when the caller is an operator (%(operator)s: an admin action, or a staff agent with change_todo)
+# or an agent the wait names (its name in resolver_agents, or one of its claim scopes, as written, LIKE a
+# pattern of resolver_scopes); never the agent that waits (%(agent)s NULL: an admin action, no agent). A
+# refused caller closes nothing. Lock: the waitpoint row (the race's decider, as for every resolver).
+# Index: the waitpoint's primary key. %(by)s names the kind of resolver; %(detail)s the data and who.
 RESOLVE_MANUAL = _resolving(
     """
     UPDATE todos_waitpoint w SET resolved_at = now()
     WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
+      AND (%(agent)s::text IS NULL OR w.waiter IS DISTINCT FROM %(agent)s::text)
+      AND (%(operator)s::boolean OR %(agent)s::text = ANY(w.resolver_agents) OR EXISTS (
+          SELECT 1 FROM unnest(w.resolver_scopes) AS p(pattern), unnest(%(claim_scopes)s::text[]) AS s(scope)
+          WHERE s.scope LIKE p.pattern))
     RETURNING w.todo_id, w.resolved_at""",
     "%(by)s::text",
     "%(detail)s::jsonb",
@@ -160,9 +195,9 @@ TIME_OUT_WAITS = _finishing(
         waiting_for = NULL,
         dependencies_left = 0,
         resolution = jsonb_build_object('by', 'timeout', 'at', now(), 'timed_out', true),
-        errors = t.errors || jsonb_build_array(jsonb_build_object(
+        errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
             'attempt', t.attempt + CASE WHEN closed.on_timeout = 'fail' THEN 1 ELSE 0 END, 'at', now(),
-            'error', 'wait timed out', 'on_timeout', closed.on_timeout)),
+            'error', 'wait timed out', 'on_timeout', closed.on_timeout)), {_ERRORS_KEPT}),
         updated_at = now()
     FROM closed
     WHERE t.id = closed.todo_id AND {S.WAITING.sql("t")}

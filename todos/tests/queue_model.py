@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
-OK, NOT_FOUND, CONFLICT = "ok", "not_found", "conflict"
+OK, NOT_FOUND, CONFLICT, FORBIDDEN = "ok", "not_found", "conflict", "forbidden"
 
 # Outcome of a model transition: (class, todo) where class is OK, NOT_FOUND or CONFLICT.
 Outcome = tuple[str, "ModelTodo | None"]
@@ -446,6 +446,10 @@ class QueueModel:
         # A todo waiting on the dependencies it was created with has no wait to resolve: a conflict.
         if t is None or (agent is not None and not agent.sees(t.queue)) or t.state != "waiting" or t.waits is None:
             return self._miss(t, agent)
+        if agent is not None:
+            # Who may resolve is part of the wait (issue 28): the model's waits name no resolvers, so only an
+            # operator may; an agent (the waiter or another) is refused and nothing changes.
+            return FORBIDDEN, t
         self._resolve(t)
         return OK, t
 

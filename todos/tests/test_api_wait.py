@@ -64,18 +64,20 @@ def test_a_parent_reads_its_childrens_results_from_its_next_claim(api, make_todo
     ]
 
 
-def test_an_agent_whose_scopes_cover_the_queue_resolves_a_wait(api, make_todo, make_agent, api_for):
+def test_an_agent_the_wait_names_resolves_it(api, make_todo, make_agent, api_for):
     claimed = _claim(api, make_todo)
     api.post(
         f"/todos/{claimed['id']}/wait/",
-        {"lease_id": claimed["lease_id"], "for": {"token": True}, "timeout_seconds": 60},
+        {"lease_id": claimed["lease_id"], "for": {"token": True}, "timeout_seconds": 60, "resolvers": ["merger"]},
     )
     outsider = api_for(make_agent("outsider", claim=["elsewhere"]))
     assert outsider.post(f"/todos/{claimed['id']}/resolve/", {"data": 1}).status_code == 404
-    answer = api.post(f"/todos/{claimed['id']}/resolve/", {"data": {"merged": True}})
+    merger = api_for(make_agent("merger", claim=["*"]))
+    answer = merger.post(f"/todos/{claimed['id']}/resolve/", {"data": {"merged": True}})
     assert answer.status_code == 200
     assert answer.json()["state"] == "pending" and answer.json()["resolution"]["data"] == {"merged": True}
-    assert api.post(f"/todos/{claimed['id']}/resolve/", {"data": 1}).status_code == 409
+    assert answer.json()["resolution"]["resolved_by"] == "merger"
+    assert merger.post(f"/todos/{claimed['id']}/resolve/", {"data": 1}).status_code == 409
 
 
 @pytest.mark.parametrize(

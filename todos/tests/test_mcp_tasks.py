@@ -138,15 +138,18 @@ def test_tasks_methods_without_the_extension_are_missing_capability(mcp_base, ag
     assert answer["error"]["data"]["requiredCapabilities"]["extensions"] == {EXTENSION: {}}
 
 
-def _wait(agent, wait_for: dict[str, Any]) -> Todo:
+def _wait(agent, wait_for: dict[str, Any], **kw: Any) -> Todo:
     [claimed] = queue.claim_next(agent=agent)
-    waited, _ = queue.wait(claimed.id, agent=agent, lease_id=claimed.lease_id, wait_for=wait_for, timeout_seconds=3600)
+    waited, _ = queue.wait(
+        claimed.id, agent=agent, lease_id=claimed.lease_id, wait_for=wait_for, timeout_seconds=3600, **kw
+    )
     return waited
 
 
-def test_waiting_on_a_token_is_input_required_and_update_resolves_it(mcp_base, agent):
+def test_waiting_on_a_token_is_input_required_and_update_resolves_it(mcp_base, agent, make_agent):
     task = create_task(mcp_base, agent.token)
-    _wait(agent, {"token": True})
+    # A worker takes the task and asks its creator (named as a resolver: issue 28) for input.
+    _wait(make_agent("worker"), {"token": True}, resolvers=[agent.name])
     got = get_task(mcp_base, agent.token, task["taskId"])["result"]
     assert got["status"] == "input_required"
     [(key, request)] = got["inputRequests"].items()

@@ -36,9 +36,9 @@ from hypothesis.stateful import (
 )
 
 from todos import queue
-from todos.errors import QueuesForbidden, TodoConflict, TodoNotFound
+from todos.errors import NotAResolver, QueuesForbidden, TodoConflict, TodoNotFound, WaitpointUsed
 from todos.models import Agent, Todo, Waitpoint
-from todos.tests.queue_model import CONFLICT, NOT_FOUND, OK, ModelAgent, QueueModel
+from todos.tests.queue_model import CONFLICT, FORBIDDEN, NOT_FOUND, OK, ModelAgent, QueueModel
 
 QUEUES = ["q.a", "q.b"]
 KEYS = [None, "k1", "k2"]
@@ -54,8 +54,10 @@ def outcome_of(call: Any) -> tuple[str, Any]:
         return OK, call()
     except TodoNotFound:
         return NOT_FOUND, None
-    except TodoConflict:
+    except (TodoConflict, WaitpointUsed):
         return CONFLICT, None
+    except NotAResolver:
+        return FORBIDDEN, None
 
 
 class QueueMachine(RuleBasedStateMachine):

@@ -10,7 +10,7 @@ import pytest
 from django.db.models.functions import Now
 
 from todos import queue
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
+from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound, WaitpointUsed
 from todos.models import Dependency, Todo, TodoState, Waitpoint
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +63,7 @@ def test_a_token_resolves_once_with_its_data_and_the_next_claim_reads_it(agent, 
     _, token = _wait(agent, todo, {"token": True})
     resolved = queue.resolve_token(token, data={"approved": True})
     assert resolved.state == TodoState.PENDING and resolved.waiting_for is None
-    with pytest.raises(TodoConflict):
+    with pytest.raises(WaitpointUsed):
         queue.resolve_token(token, data={})
     again = queue.claim_next(agent=agent)[0]
     assert again.id == todo.id and again.attempt == 1
@@ -141,15 +141,17 @@ def test_bad_input_names_the_field_and_writes_nothing(agent, make_todo, wait_for
     assert not Waitpoint.objects.exists()
 
 
-def test_an_agent_resolves_a_wait_in_its_scopes_only(make_agent, make_todo):
+def test_an_agent_the_wait_names_resolves_it_in_its_scopes_only(make_agent, make_todo):
     worker = make_agent("worker", claim=["jobs"])
     outsider = make_agent("outsider", claim=["other"])
+    reviewer = make_agent("reviewer", claim=["jobs"])
     todo = _claimed(worker, make_todo)
-    _wait(worker, todo, {"token": True})
+    _wait(worker, todo, {"token": True}, resolvers=["outsider", "reviewer"])
     with pytest.raises(TodoNotFound):
         queue.resolve(todo.id, by="outsider", agent=outsider, data={})
-    resolved = queue.resolve(todo.id, by="worker", agent=worker, data={"ok": 1})
+    resolved = queue.resolve(todo.id, by="reviewer", agent=reviewer, data={"ok": 1})
     assert resolved.resolution["by"] == "agent" and resolved.resolution["data"] == {"ok": 1}
+    assert resolved.resolution["resolved_by"] == "reviewer"
 
 
 def test_an_operator_rejects_with_a_note(agent, make_todo):
@@ -183,9 +185,9 @@ def test_a_cancelled_waiting_todo_cannot_be_resolved(agent, make_todo):
     todo = _claimed(agent, make_todo)
     _, token = _wait(agent, todo, {"token": True})
     queue.cancel(todo.id, operator="ops")
-    with pytest.raises(TodoConflict) as caught:
+    with pytest.raises(WaitpointUsed) as caught:
         queue.resolve_token(token, data={})
-    assert caught.value.state == TodoState.CANCELLED
+    assert "state" not in caught.value.extra  # a token holder learns nothing more of the todo
 
 
 def test_an_awaited_todo_that_finishes_twice_is_taken_off_once(agent, make_todo):
@@ -206,7 +208,7 @@ def test_a_new_wait_forgets_the_todos_an_earlier_one_awaited(agent, make_todo):
     child = _claimed(agent, make_todo, "kids")
     parent = _claimed(agent, make_todo)
     _wait(agent, parent, {"todos": [child.id]})
-    queue.resolve(parent.id, by="alice", agent=agent, data=None)
+    queue.resolve(parent.id, by="staff:ops", data=None)
     parent = queue.claim(parent.id, agent=agent)
     _wait(agent, parent, {"token": True})
     queue.complete(child.id, agent=agent, lease_id=child.lease_id)

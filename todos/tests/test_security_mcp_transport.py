@@ -5,7 +5,8 @@ switchboard/mounted.py's; the Origin check is todos/mcp/server.py's. On the Proc
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -59,9 +60,16 @@ def _post_mcp(server: Server, token: str, **extra: str) -> Any:
     return requests.post(server.base + "/mcp", json=LIST_TOOLS, headers=headers, timeout=30)
 
 
-def _log_since(server: Server, offset: int) -> str:
-    server.log.seek(offset)
-    return server.log.read().decode(errors="replace")
+def _log_since(server: Server, offset: int, *, holding: Iterable[str] = (), timeout: float = 10.0) -> str:
+    """The server's log after ``offset``, once it holds every string of ``holding``: a request's line is
+    written after its answer is sent, so a client can read the log before its last request's line is in."""
+    deadline = time.monotonic() + timeout
+    while True:
+        server.log.seek(offset)
+        log = server.log.read().decode(errors="replace")
+        if all(text in log for text in holding) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.02)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -97,9 +105,9 @@ def test_each_mcp_request_has_a_request_id_and_one_log_line_without_its_token(
         timeout=30,
     )
     assert anonymous.status_code == 401 and len(anonymous.headers["X-Request-ID"]) == 32  # one was made
-    log = _log_since(https_server, offset)
+    anonymous_id = anonymous.headers["X-Request-ID"]
+    log = _log_since(https_server, offset, holding=("[mcp-call-7] request ", f"[{anonymous_id}] request "))
     [line] = [line for line in log.splitlines() if "[mcp-call-7]" in line and " request " in line]
     assert "method=POST route=mcp status=200" in line and "duration_ms=" in line and f"agent={agent.name}" in line
-    anonymous_id = anonymous.headers["X-Request-ID"]
     assert any(f"[{anonymous_id}]" in line and "status=401 " in line for line in log.splitlines()), log
     assert token not in log and "tools/list" not in log

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from todos import queue
-from todos.errors import TodoConflict
+from todos.errors import WaitpointUsed
 from todos.models import Dependency, Todo, TodoState, Waitpoint
 from todos.tests.test_queue_notify import heard  # noqa: F401 (a fixture)
 
@@ -85,7 +85,7 @@ def test_a_timeout_racing_a_resolve_has_exactly_one_winner(agent, make_todo, rou
     )
     after = Todo.objects.get(pk=todo.id)
     assert after.state == TodoState.PENDING
-    if isinstance(resolved, TodoConflict):
+    if isinstance(resolved, WaitpointUsed):
         assert timed_out == 1 and after.resolution["by"] == "timeout"
     else:
         # The timeout sweep either skipped the locked waitpoint or found it closed.

@@ -79,8 +79,11 @@ def test_claim_complete_fail_release_for_shell_scripts(sb):
     assert sb("claim", "--queue", "empty", "--json").stdout.strip() == "[]"
 
 
-def test_heartbeat_wait_resolve_and_waitpoints_resolve_for_shell_scripts(sb):
+def test_heartbeat_wait_resolve_and_waitpoints_resolve_for_shell_scripts(sb, make_agent):
     queue.create(queue="shw")
+    # An event wait names a source routed into the agent's scopes; a resolver other than the waiter.
+    Route.objects.create(source=Source.objects.create(slug="github", provider="github", secret="s"), queue="shw")
+    reviewer = make_agent("reviewer")
     [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)
     beat = sb("heartbeat", todo["id"], "--lease", todo["lease_id"], "--percent", "30", "--message", "a third")
     assert beat.stdout.strip() == f"{todo['id']} claimed"
@@ -93,16 +96,19 @@ def test_heartbeat_wait_resolve_and_waitpoints_resolve_for_shell_scripts(sb):
     assert first == f'{todo["id"]} waiting for {{"token": true}}' and url_line.startswith("resolve_url http")
     token = token_line.removeprefix("token ")
     assert sb("waitpoints", "resolve", token, "--data", '{"ok": 1}', SWITCHBOARD_TOKEN="").stdout.strip() == "resolved"
-    assert "state: pending" in sb("waitpoints", "resolve", token, code=4).stderr
+    assert "resolved already" in sb("waitpoints", "resolve", token, code=4).stderr
     assert Todo.objects.get(pk=todo["id"]).resolution["data"] == {"ok": 1}
 
     [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)
     event = '{"source": "github", "type": "push", "match": {"ref": "main"}}'
     args = ("todos", "wait", todo["id"], "--lease", todo["lease_id"], "--for-event", event, "--timeout", "60")
-    waiting = json.loads(sb(*args, "--on-timeout", "fail", "--json").stdout)
+    waiting = json.loads(sb(*args, "--on-timeout", "fail", "--resolver", "reviewer", "--json").stdout)
     assert waiting["state"] == "waiting" and waiting["waiting_for"]["event"]["type"] == "push"
-    assert sb("todos", "resolve", todo["id"], "--data", "7").stdout.strip() == f"resolved {todo['id']} (pending)"
-    assert sb("todos", "resolve", todo["id"], code=4).stderr.count("state: pending") == 1
+    assert "forbidden" in sb("todos", "resolve", todo["id"], code=1).stderr  # never the waiting agent itself
+    as_reviewer = {"SWITCHBOARD_TOKEN": reviewer.token}
+    resolved = sb("todos", "resolve", todo["id"], "--data", "7", **as_reviewer).stdout.strip()
+    assert resolved == f"resolved {todo['id']} (pending)"
+    assert sb("todos", "resolve", todo["id"], code=4, **as_reviewer).stderr.count("state: pending") == 1
     assert sb("todos", "wait", "td_x", "--lease", "ls_x", "--timeout", "5", code=2).stderr  # no --for-*
 
     [todo] = json.loads(sb("claim", "--queue", "shw", "--json").stdout)

@@ -264,18 +264,24 @@ def test_a_wait_for_todos_resumes_when_they_finish(client):
         client.wait(resumed, todos=["td_nope"], timeout_seconds=60)
 
 
-def test_an_event_wait_is_resolved_by_an_agent_or_times_out_into_a_failure(server, agent):
+def test_an_event_wait_is_resolved_by_an_agent_or_times_out_into_a_failure(server, agent, make_agent):
+    # The source is routed into the agent's scopes (issue 28: else 404); the resolver is named by the wait.
+    Route.objects.create(source=Source.objects.create(slug="github", provider="github", secret="s"), queue="ev.wait")
+    reviewer = make_agent("reviewer")
+
     async def waits() -> str:
-        async with AsyncClient(server.base, agent.token) as client:
+        async with AsyncClient(server.base, agent.token) as client, AsyncClient(server.base, reviewer.token) as other:
             await client.create("ev.wait")
             [claimed] = await client.claim(["ev.wait"])
             event = {"source": "github", "type": "check_suite", "match": {"check_suite.head_sha": "4f2a"}}
-            waiting = await client.wait(claimed, event=event, timeout_seconds=3600)
+            waiting = await client.wait(claimed, event=event, timeout_seconds=3600, resolvers=["reviewer"])
             assert waiting.state == "waiting" and waiting.waiting_for["event"]["source"] == "github"
-            resolved = await client.resolve(waiting, data={"skip": True})
+            with pytest.raises(Forbidden):
+                await client.resolve(waiting)  # never the waiting agent itself
+            resolved = await other.resolve(waiting, data={"skip": True})
             assert resolved.state == "pending" and resolved.resolution["by"] == "agent"
             with pytest.raises(Conflict) as conflict:
-                await client.resolve(waiting)
+                await other.resolve(waiting)
             assert conflict.value.state == "pending"
 
             [claimed] = await client.claim(["ev.wait"])

@@ -339,11 +339,14 @@ def wait(
     event: Mapping[str, JSON] | None = None,
     token: bool = False,
     on_timeout: str | None = None,
+    resolvers: Iterable[str] | None = None,
 ) -> Call[WaitingTodo]:
     """Give the lease back and wait (state ``waiting``) for exactly one of: ``todos`` all finished,
-    an ``event`` ({"source", "type" glob, "match": {"dotted.path": value}}), or a ``token`` resolve (the
-    answer's ``waitpoint``, shown this once). After ``timeout_seconds``: pending with
-    ``resolution["timed_out"]``, or a failure with ``on_timeout="fail"``."""
+    an ``event`` ({"source", "type" glob, "match": {"dotted.path": value}}; a source routed into the agent's
+    scopes), or a ``token`` resolve (the answer's ``waitpoint``, shown this once). After
+    ``timeout_seconds``: pending with ``resolution["timed_out"]``, or a failure with ``on_timeout="fail"``.
+    ``resolvers``: agent names or ``scope:<glob>`` that may also resolve it (``resolve``); never this agent,
+    and with none named only an operator may."""
     kinds = {"todos": todos is not None, "event": event is not None, "token": token}
     if sum(kinds.values()) != 1:
         raise TypeError("wait for exactly one of todos=, event= or token=True")
@@ -357,6 +360,8 @@ def wait(
         waiting_for = {"token": True}
     body = _given(lease_id=lease, timeout_seconds=timeout_seconds, on_timeout=on_timeout)
     body["for"] = waiting_for
+    if resolvers is not None:
+        body["resolvers"] = list(resolvers)
     # A 503 rolled back; a resend after a broken connection may find the todo already waiting (409).
     return Call(
         "todos_wait",
@@ -370,8 +375,8 @@ def wait(
 
 @operation("todos_resolve")
 def resolve(todo: Todo | str, *, data: JSON = None) -> Call[Todo]:
-    """End a waiting todo's wait now (agents whose scopes cover its queue): pending, ``resolution``
-    {by: "agent", data}."""
+    """End a waiting todo's wait now: an operator, or an agent the wait names in its ``resolvers`` (never
+    the waiting agent: 403). Pending, ``resolution`` {by: "agent" or "operator", data, resolved_by}."""
     return Call(
         "todos_resolve",
         "POST",
@@ -384,13 +389,14 @@ def resolve(todo: Todo | str, *, data: JSON = None) -> Call[Todo]:
 
 @operation("waitpoints_resolve")
 def resolve_waitpoint(token: str, *, data: JSON = None) -> Call[Resolved]:
-    """Resolve a token wait by its token (the only credential it needs): once only, a second is 409."""
+    """Resolve a token wait by its token (the only credential it needs): once only, a second is 409. The
+    token travels in the body, never in the URL (which access logs keep)."""
     return Call(
         "waitpoints_resolve",
         "POST",
-        f"waitpoints/{_q(token)}/resolve/",
+        "waitpoints/resolve/",
         Resolved.from_json,
-        {"data": data},
+        {"token": token, "data": data},
         retry=Retry.ON_UNAVAILABLE,
     )
 

@@ -233,7 +233,10 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--for-token", action="store_true", dest="token_wait", help="a token whose holder resolves it")
     p.add_argument("--timeout", type=float, required=True, dest="timeout_seconds", help="seconds (up to 30 days)")
     p.add_argument("--on-timeout", choices=["pending", "fail"])
-    p = command(todos, "resolve", "end a waiting todo's wait now")
+    p.add_argument(
+        "--resolver", action="append", dest="resolvers", help="an agent name or scope:<glob> that may resolve it"
+    )
+    p = command(todos, "resolve", "end a waiting todo's wait now (an operator, or an agent the wait names)")
     p.add_argument("id")
     p.add_argument("--data", type=_json_arg, help="JSON for its next claim, @file or - for stdin")
     p = command(todos, "cancel", "cancel a todo")
@@ -349,6 +352,7 @@ def _todos(client: Client, args: argparse.Namespace, out: Output) -> int:
             event=args.event,
             token=args.token_wait,
             on_timeout=args.on_timeout,
+            resolvers=args.resolvers,
         )
         message = f"{waiting.id} waiting for {json.dumps(waiting.waiting_for)}"
         if waiting.waitpoint:  # shown this once: print it even without --json

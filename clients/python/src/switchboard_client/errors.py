@@ -98,7 +98,8 @@ class Timeout(Unavailable):
 
 class Throttled(Unavailable):
     """429: this agent is over one of its budgets on the server (``limit`` names it: open long-polls and
-    awaits, or the request rate). Nothing was done, so it is retried with backoff, whatever the call."""
+    awaits, the request rate, open event waits). Nothing was done, so it is retried with backoff, whatever
+    the call."""
 
     code = "throttled"
 

@@ -59,7 +59,8 @@ class Fail(Exception):
 
 class Wait(Exception):
     """Raised by a handler: give the lease back and wait (``Client.wait``'s arguments) for other todos, an
-    event or a token; the todo is claimed again once the wait ends, with its ``resolution``.
+    event or a token; the todo is claimed again once the wait ends, with its ``resolution``. ``resolvers``:
+    the agents that may also resolve it (never this worker's own).
     ``on_waiting`` gets the ``WaitingTodo``: for a token wait, its ``waitpoint`` (shown only then)."""
 
     def __init__(
@@ -71,6 +72,7 @@ class Wait(Exception):
         token: bool = False,
         on_timeout: str | None = None,
         on_waiting: Callable[[WaitingTodo], object] | None = None,
+        resolvers: Iterable[str] | None = None,
     ) -> None:
         super().__init__("wait")
         self.arguments: dict[str, Any] = {
@@ -79,6 +81,7 @@ class Wait(Exception):
             "event": event,
             "token": token,
             "on_timeout": on_timeout,
+            "resolvers": list(resolvers) if resolvers is not None else None,
         }
         self.on_waiting = on_waiting
 
