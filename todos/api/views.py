@@ -23,6 +23,7 @@ from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
 from todos import auth, budgets, controls, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
+from todos.api.batch import valid_batch
 from todos.api.serializers import (
     BatchCompleteInput,
     BatchCompleteResultSerializer,
@@ -54,7 +55,6 @@ from todos.api.serializers import (
     WaitInput,
     WaitpointResolveInput,
     batch_outcomes,
-    valid_batch,
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound

@@ -28,6 +28,7 @@ from rest_framework.utils import encoders
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
 from todos import limits, longpoll, queue, results, selectors
+from todos.api.batch import valid_batch
 from todos.api.serializers import (
     ClaimNextInput,
     ClaimOneInput,
@@ -42,7 +43,6 @@ from todos.api.serializers import (
     TodoSerializer,
     WaitInput,
     batch_outcomes,
-    valid_batch,
 )
 from todos.errors import QueueError, TodoNotFound
 from todos.limits import (
