@@ -243,13 +243,16 @@ def test_create_for_over_mcp_is_limited_the_same(few_queues, make_agent):
 
 
 def test_staff_and_the_system_are_not_limited(few_queues, make_agent):
+    from django.contrib.auth import get_user_model
+
     from todos import queue
     from todos.auth import staff_agent
 
     make_agent("minter", claim=["jobs.*"])
     for n in range(LIMIT + 2):
         queue.create(queue=f"jobs.route-{n}")  # a route or a schedule (no agent)
-    queue.create(queue="jobs.by-staff", agent=staff_agent("admin"))
+    admin = get_user_model().objects.create_superuser("admin", "admin@example.com", "x")
+    queue.create(queue="jobs.by-staff", agent=staff_agent(admin))
     assert len(_queues()) == LIMIT + 3
 
 
