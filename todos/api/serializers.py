@@ -210,6 +210,7 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
         choices=[
             "not_found",
             "conflict",
+            "spawn_limit",
             "invalid",
             "unauthorized",
             "forbidden",

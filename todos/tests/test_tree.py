@@ -14,6 +14,10 @@ from prometheus_client import REGISTRY
 from todos import controls, queue, selectors
 from todos.errors import ParentNotHeld, SpawnLimitReached
 from todos.models import Agent, Queue, Todo
+from todos.tests.mcp_live import mcp_base
+from todos.tests.test_mcp_tools import error, ok, run
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.django_db
 
@@ -238,3 +242,22 @@ def test_a_foreign_receipt_is_refused_before_any_cap(make_agent):
     theirs = _held(alice)
     with pytest.raises(ParentNotHeld):
         queue.create(queue="jobs", agent=mallory, parent=_receipt(theirs))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_mcp_create_for_takes_the_parent_and_a_batch_under_it(mcp_base, agent):
+    root = _held(agent)
+
+    async def scenario(client: Any) -> Any:
+        one = ok(await client.call_tool("create_for", {"queue": "jobs", "parent": _receipt(root)}))
+        many = ok(await client.call_tool("create_for", {"parent": _receipt(root), "todos": [{"queue": "jobs"}]}))
+        stale = error(
+            await client.call_tool("create_for", {"queue": "jobs", "parent": {"id": root.id, "lease_id": "x"}})
+        )
+        return one, many, stale
+
+    one, many, stale = run(mcp_base, agent.token, scenario)
+    assert (one["todo"]["parent_id"], one["todo"]["root_id"], one["todo"]["depth"]) == (root.id, root.id, 1)
+    assert Todo.objects.get(pk=many["outcomes"][0]["id"]).parent_id == root.id
+    assert stale["code"] == "conflict"
+    assert Todo.objects.filter(parent_id=root.id).count() == 2
