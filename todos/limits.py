@@ -56,6 +56,7 @@ SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catc
 # --- The admin ---
 MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
 MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated
+MAX_TREE_CHILDREN_SHOWN = 20  # a parent's children listed on its admin page; GET /todos/<id>/tree/ pages the rest
 
 # --- Request bodies and JSON nesting (issue 28: bounded bodies, deep nesting) -----------------------
 # How deep a JSON value taken from a caller (a payload, a result, a checkpoint, a wait's resolution data)

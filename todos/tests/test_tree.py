@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
 from prometheus_client import REGISTRY
 
 from todos import controls, queue, selectors
@@ -261,3 +263,16 @@ def test_mcp_create_for_takes_the_parent_and_a_batch_under_it(mcp_base, agent):
     assert Todo.objects.get(pk=many["outcomes"][0]["id"]).parent_id == root.id
     assert stale["code"] == "conflict"
     assert Todo.objects.filter(parent_id=root.id).count() == 2
+
+
+def _admin_page(todo_id: str) -> str:
+    return reverse("admin:todos_todo_change", args=[quote(todo_id)])
+
+
+def test_the_admin_todo_page_links_parent_root_and_children(admin_client, agent):
+    root = _held(agent)
+    child, _ = queue.create(queue="jobs", agent=agent, parent=_receipt(root))
+    page = admin_client.get(_admin_page(child.id)).content.decode()
+    assert f'parent <a href="{_admin_page(root.id)}">' in page and "depth 1" in page
+    page = admin_client.get(_admin_page(root.id)).content.decode()
+    assert "parent none (a root)" in page and f'<a href="{_admin_page(child.id)}">' in page
