@@ -64,7 +64,7 @@ from todos.api.serializers import (
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.limits import LONG_POLL_MAX_SECONDS, MAX_COMPLETE_BATCH, MAX_CREATE_BATCH, MAX_TREE_PAGE
+from todos.limits import LONG_POLL_MAX_SECONDS, MAX_COMPLETE_BATCH, MAX_CREATE_BATCH, MAX_TREE_DEPTH, MAX_TREE_PAGE
 from todos.models import Agent, Schedule, Todo, hash_token
 
 
@@ -302,7 +302,7 @@ def _tree_after(cursor: str | None) -> tuple[int, str] | None:
         return None
     try:
         depth, _, todo_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition(":")
-        if depth.isdigit() and ids.is_id(todo_id, ids.TODO):
+        if depth.isdecimal() and int(depth) <= MAX_TREE_DEPTH and ids.is_id(todo_id, ids.TODO):
             return int(depth), todo_id
     except (ValueError, UnicodeDecodeError):
         pass

@@ -5,6 +5,7 @@ unless the queue door itself is the subject."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -276,3 +277,10 @@ def test_the_admin_todo_page_links_parent_root_and_children(admin_client, agent)
     assert f'parent <a href="{_admin_page(root.id)}">' in page and "depth 1" in page
     page = admin_client.get(_admin_page(root.id)).content.decode()
     assert "parent none (a root)" in page and f'<a href="{_admin_page(child.id)}">' in page
+
+
+def test_a_cursor_past_the_deepest_tree_is_400_not_a_database_error(api, agent):
+    root = _held(agent)
+    deep = base64.urlsafe_b64encode(f"99999999999:{root.id}".encode()).decode().rstrip("=")
+    response = _tree(api, root.id, cursor=deep)
+    assert response.status_code == 400 and "cursor" in response.json()["error"]["fields"]
