@@ -197,6 +197,10 @@ class Todo(models.Model):
     # statement that adds children raises it and checks the root's queue's max_descendants against it,
     # under the root row's lock (todos/sql/create.py, SPAWN).
     descendants = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # A root's own spawn caps, given at its create ({max_depth, max_children, max_descendants}, each optional;
+    # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
+    # but never loosen them.
+    spawn_caps = models.JSONField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 

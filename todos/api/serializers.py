@@ -317,6 +317,14 @@ _PARENT_HELP = (
 )
 
 
+class SpawnCapsInput(StrictInput):
+    """A root's own spawn caps: its tree takes the smaller of these and its queue's."""
+
+    max_depth = serializers.IntegerField(min_value=0, max_value=MAX_TREE_DEPTH, required=False)
+    max_children = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
+    max_descendants = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -375,6 +383,13 @@ class TodoCreateInput(StrictInput):
         help_text="A dependency that dead-letters or is cancelled: `cancel` this todo too (default), or `run` it.",
     )
     parent = ParentInput(required=False, allow_null=True, default=None, help_text=_PARENT_HELP)
+    spawn_caps = SpawnCapsInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
+        "(the smaller holds). Not with parent.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:

@@ -270,6 +270,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first (<=100)."},
     "on_dependency_failure": {"enum": ["cancel", "run"]},
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
+    "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
 }
 
 TOOLS: dict[str, Tool] = {
@@ -295,7 +296,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "get_todo",
-            "One todo by id. wait_seconds: answer once it is finished (done, dead, cancelled), or then.",
+            "One todo by id. wait_seconds: answer once it is finished, or then.",
             _input(
                 {"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": LONG_POLL_MAX_SECONDS}}, ("id",)
             ),

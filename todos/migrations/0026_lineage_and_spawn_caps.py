@@ -1,7 +1,8 @@
 """Agent trees (issue 30): a todo's parent_id, root_id and depth (NULL for a root, so existing todos are roots
-and a plain create writes nothing more), a root's lifetime count of descendants, the lineage indexes
-(partial: children only), and the spawn caps of a queue's trees. Every column is nullable with no default:
-adding them rewrites nothing, and a process of the previous release keeps creating roots during a deploy.
+and a plain create writes nothing more), a root's lifetime count of descendants and its own spawn caps, the
+lineage indexes (partial: children only), and the spawn caps of a queue's trees. Every column is nullable
+with no default: adding them rewrites nothing, and a process of the previous release keeps creating roots
+during a deploy.
 """
 
 from django.db import migrations, models
@@ -49,6 +50,11 @@ class Migration(migrations.Migration):
             model_name='todo',
             name='root_id',
             field=models.CharField(blank=True, editable=False, max_length=40, null=True),
+        ),
+        migrations.AddField(
+            model_name='todo',
+            name='spawn_caps',
+            field=models.JSONField(blank=True, editable=False, null=True),
         ),
         migrations.AddIndex(
             model_name='todo',

@@ -22,7 +22,7 @@ from todos.errors import (
     TodoConflict,
     TodoNotFound,
 )
-from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_TREE_DEPTH
+from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, MAX_TREE_DEPTH
 from todos.metrics import SPAWN_REFUSED, TRANSITIONS, counted
 from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
 from todos.queue._common import JSON, priority_problem
@@ -47,6 +47,7 @@ CREATE_FIELDS = (
     "depends_on",
     "depends_on_index",
     "on_dependency_failure",
+    "spawn_caps",
 )
 
 
@@ -71,6 +72,7 @@ def create(
     depends_on: Sequence[str] = (),
     on_dependency_failure: str = OnDependencyFailure.CANCEL,
     parent: Mapping[str, str] | None = None,
+    spawn_caps: Mapping[str, int] | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -82,6 +84,8 @@ def create(
     ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT_FAIR).
     ``parent``: ``{"id", "lease_id"}``, the receipt of a todo the agent holds: the new todo is its child
     (parent_id, root_id, depth), within its tree's spawn caps (ParentNotHeld, SpawnLimitReached).
+    ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
+    than its queue's (the smaller of the two holds); not with ``parent``.
     """
     item = {
         "queue": queue,
@@ -100,6 +104,7 @@ def create(
         "traceparent": traceparent,
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
+        "spawn_caps": spawn_caps,
     }
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
 
@@ -194,6 +199,16 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
         raise _invalid("run_at needs a time zone offset (RFC 3339).", "run_at", index)
     if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
         raise _invalid(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", "delay_seconds", index)
+    if (caps := item.get("spawn_caps")) is not None and (
+        not isinstance(caps, Mapping)
+        or not caps.keys() <= _SPAWN_CAPS
+        or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_QUEUE_LIMIT for v in caps.values())
+    ):
+        raise _invalid(
+            f"spawn_caps takes max_depth, max_children and max_descendants, each 0 to {MAX_QUEUE_LIMIT}.",
+            "spawn_caps",
+            index,
+        )
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -229,7 +244,8 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
 
 
 _DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
-_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps")
+_SPAWN_CAPS = frozenset(("max_depth", "max_children", "max_descendants"))
 
 
 def _dependencies(item: Mapping[str, Any], ids: list[str]) -> list[str]:
@@ -251,6 +267,8 @@ def _create_many(
         return []
     if parent is not None and agent is None:
         raise InvalidTransitionInput("Only an agent holding the parent's lease may name a parent.", field="parent")
+    if parent is not None and any(item.get("spawn_caps") is not None for item in items):
+        raise InvalidTransitionInput("spawn_caps are a root's: a child takes its tree's.", field="spawn_caps")
     if len(items) > MAX_CREATE_BATCH:
         raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
     allowed: dict[str, bool] = {}

@@ -284,3 +284,29 @@ def test_a_cursor_past_the_deepest_tree_is_400_not_a_database_error(api, agent):
     deep = base64.urlsafe_b64encode(f"99999999999:{root.id}".encode()).decode().rstrip("=")
     response = _tree(api, root.id, cursor=deep)
     assert response.status_code == 400 and "cursor" in response.json()["error"]["fields"]
+
+
+def test_a_roots_own_spawn_caps_tighten_its_queues_and_never_loosen_them(api, agent):
+    _caps(max_children=3)
+    response = api.post("/todos/", {"queue": "jobs", "spawn_caps": {"max_children": 1, "max_descendants": 5}})
+    assert response.status_code == 201, response.json()
+    tight = queue.claim(response.json()["id"], agent=agent)
+    queue.create(queue="jobs", agent=agent, parent=_receipt(tight))
+    refused = api.post("/todos/", {"queue": "jobs", "parent": _receipt(tight)})
+    assert (refused.status_code, refused.json()["error"].get("limit")) == (409, "max_children")
+    loose = queue.claim(queue.create(queue="jobs", spawn_caps={"max_children": 10})[0].id, agent=agent)
+    for _ in range(3):
+        queue.create(queue="jobs", agent=agent, parent=_receipt(loose))
+    with pytest.raises(SpawnLimitReached):
+        queue.create(queue="jobs", agent=agent, parent=_receipt(loose))
+
+
+def test_spawn_caps_are_a_roots_and_bounded(api, agent):
+    root = _held(agent)
+    child = api.post("/todos/", {"queue": "jobs", "parent": _receipt(root), "spawn_caps": {"max_depth": 1}})
+    assert child.status_code == 400 and "spawn_caps" in child.json()["error"]["fields"]
+    for caps in ({"max_depth": -1}, {"max_kids": 1}, {"max_children": "x"}):
+        bad = api.post("/todos/batch/", {"todos": [{"queue": "jobs", "spawn_caps": caps}]})
+        assert bad.status_code == 400, caps
+        assert any(k.startswith("todos.0.spawn_caps") for k in bad.json()["error"]["fields"]), bad.json()
+    assert Todo.objects.count() == 1

@@ -156,8 +156,10 @@ def create(
     on_dependency_failure: str | None = None,
     fair_key: str | None = None,
     parent: Todo | Mapping[str, str] | None = None,
+    spawn_caps: Mapping[str, int] | None = None,
 ) -> Call[CreatedTodo]:
-    """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child."""
+    """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child.
+    ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -175,6 +177,7 @@ def create(
         on_dependency_failure=on_dependency_failure,
         fair_key=fair_key,
         parent=_parent(parent),
+        spawn_caps=dict(spawn_caps) if spawn_caps is not None else None,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
