@@ -38,6 +38,7 @@ STATUS_BY_CODE = {
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
+    "spawn_limit": 409,
     "too_large": 413,
     "throttled": 429,
     "unavailable": 503,

@@ -45,6 +45,10 @@ class QueueControls:
     fair: bool = False
     fair_weights: dict[str, float] = field(default_factory=dict)
     max_claimed_per_key: int | None = None
+    # Spawn caps of the trees rooted in this queue (issue 30; todos/sql/create.py, SPAWN_CAPS).
+    max_depth: int | None = None
+    max_children: int | None = None
+    max_descendants: int | None = None
 
 
 def describe_limits(queue: Any) -> str:
@@ -146,11 +150,17 @@ def check_limits(
     fair: Any = UNSET,
     fair_weights: Any = UNSET,
     max_claimed_per_key: Any = UNSET,
+    max_depth: Any = UNSET,
+    max_children: Any = UNSET,
+    max_descendants: Any = UNSET,
 ) -> None:
     """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
     check the same bounds first; this guards every caller)."""
     _check_count("max_claimed", max_claimed, 0)
     _check_count("max_claimed_per_key", max_claimed_per_key, 1)
+    _check_count("max_depth", max_depth, 0)
+    _check_count("max_children", max_children, 0)
+    _check_count("max_descendants", max_descendants, 0)
     if fair is not UNSET and not isinstance(fair, bool):
         raise InvalidTransitionInput("fair must be true or false.", field="fair")
     _check_weights(fair_weights)
@@ -177,13 +187,17 @@ def set_limits(
     fair: bool = UNSET,
     fair_weights: dict[str, float] = UNSET,
     max_claimed_per_key: int | None = UNSET,
+    max_depth: int | None = UNSET,
+    max_children: int | None = UNSET,
+    max_descendants: int | None = UNSET,
     agent: Agent | None = None,
 ) -> QueueControls:
     """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
     ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
     burst defaults to one second's worth (at least 1). ``fair``, ``fair_weights`` and
     ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql/claim.py, CLAIM_NEXT). Effective
-    from the next claim."""
+    from the next claim. ``max_depth``, ``max_children`` and ``max_descendants``: the spawn caps of the trees
+    whose root is in this queue, effective from the next create with a parent."""
     check_limits(
         max_claimed=max_claimed,
         rate_per_second=rate_per_second,
@@ -191,7 +205,11 @@ def set_limits(
         fair=fair,
         fair_weights=fair_weights,
         max_claimed_per_key=max_claimed_per_key,
+        max_depth=max_depth,
+        max_children=max_children,
+        max_descendants=max_descendants,
     )
+    spawn_caps = {"max_depth": max_depth, "max_children": max_children, "max_descendants": max_descendants}
     if rate_burst is not UNSET and rate_burst is not None:
         rate = get(name, agent=agent).rate_per_second if rate_per_second is UNSET else rate_per_second
         if rate is None:
@@ -212,4 +230,8 @@ def set_limits(
         fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
         set_max_claimed_per_key=max_claimed_per_key is not UNSET,
         max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
+        **{
+            **{f"set_{cap}": value is not UNSET for cap, value in spawn_caps.items()},
+            **{cap: None if value is UNSET else value for cap, value in spawn_caps.items()},
+        },
     )

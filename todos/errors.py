@@ -95,3 +95,23 @@ class TooManyWaits(QueueError):
     """An agent already holds MAX_OPEN_EVENT_WAITS_PER_AGENT open event waits (429 naming the limit)."""
 
     code = "throttled"
+
+
+class ParentNotHeld(QueueError):
+    """A create named a parent whose current receipt the caller does not hold: stale (the todo was claimed
+    again, or finished), wrong, or another agent's, or outside its scopes. One answer for all of them, with no
+    state, so that a guessed parent id learns nothing (issue 30); nothing is created."""
+
+    code = "conflict"
+
+
+class SpawnLimitReached(QueueError):
+    """A create with a parent would pass one of its tree's spawn caps (todos_queue's max_depth, max_children,
+    max_descendants of the root's queue, or MAX_TREE_DEPTH): 409 ``spawn_limit`` naming ``limit`` and its
+    ``value``; nothing is created."""
+
+    code = "spawn_limit"
+
+    def __init__(self, detail: str, *, limit: str, value: int) -> None:
+        super().__init__(detail, limit=limit, value=value)
+        self.limit = limit

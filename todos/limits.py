@@ -20,6 +20,9 @@ MAX_CREATE_BATCH = 1000  # todos one batch create may insert: one statement, abo
 MAX_DEPENDENCIES = 100  # depends_on and depends_on_index of one todo together
 MAX_DELAY_SECONDS = 365 * 24 * 3600  # how far ahead run_at / delay_seconds may reach
 MAX_FAIR_KEY_CHARS = 200  # a fair_key: a tenant's name, not data
+# How far below its root a todo may be, whatever its queue's max_depth: a chain of agents each spawning one
+# child is a runaway loop long before this, and the depth column is a smallint (32,767).
+MAX_TREE_DEPTH = 1000
 
 # --- The holder's doors ---
 MAX_COMPLETE_BATCH = 100  # completions one batch complete may carry: one statement
@@ -38,6 +41,11 @@ MAX_MATCHABLE_LEAVES = 5000  # a delivery's payload leaves that get a key; deepe
 # --- Reads ---
 DEPENDENCY_RESULTS_MAX_BYTES = 64 * 1024  # dependencies' results shown on a claimed todo, together
 MAX_SHOWN_RESULT_CHARS = 4_000  # an awaited todo's result shown in resolution.todos, each
+MAX_TREE_PAGE = 100  # nodes one page of GET /todos/<id>/tree/ answers: each is a few short fields
+# Nodes the subtree of a todo that is not a root is walked through (parent to children) for one page: the
+# walk visits the whole subtree up to this bound, then answers "truncated". A root's tree pages by index
+# instead (todo_tree) and has no such bound. 10,000 nodes walk in tens of milliseconds.
+MAX_TREE_WALK = 10_000
 MAX_LIST_LIMIT = 100  # todos one MCP list_todos answers
 DEFAULT_LIST_LIMIT = 20
 
@@ -48,6 +56,7 @@ SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catc
 # --- The admin ---
 MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
 MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated
+MAX_TREE_CHILDREN_SHOWN = 20  # a parent's children listed on its admin page; GET /todos/<id>/tree/ pages the rest
 
 # --- Request bodies and JSON nesting (issue 28: bounded bodies, deep nesting) -----------------------
 # How deep a JSON value taken from a caller (a payload, a result, a checkpoint, a wait's resolution data)

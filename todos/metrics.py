@@ -47,6 +47,14 @@ LEASE_LAPSES = Counter(
     ["detected_by", "outcome"],
 )
 
+# A create with a parent refused by a spawn cap of its tree (issue 30), by the cap: max_depth | max_children |
+# max_descendants. (Also counted in switchboard_todo_transitions{verb="create", outcome="spawn_limit"}.)
+SPAWN_REFUSED = Counter(
+    "switchboard_spawn_refused",
+    "Creates of child todos refused by a spawn cap of their tree, by cap.",
+    ["limit"],
+)
+
 REAPER_SWEEPS = Counter("switchboard_reaper_sweeps", "Reaper sweeps, by outcome (ok | error).", ["outcome"])
 REAPER_SWEEP_SECONDS = Histogram(
     "switchboard_reaper_sweep_duration_seconds",

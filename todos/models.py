@@ -185,6 +185,22 @@ class Todo(models.Model):
     checkpoint = models.JSONField(null=True, blank=True)
     # The W3C trace context the todo's work belongs to (sent on create, or started by its delivery).
     traceparent = models.CharField(max_length=55, null=True, blank=True)
+    # Lineage (issue 30): the todo whose lease's holder created this one, the tree's first todo and how far
+    # below it this one is. A root stores NULL in all three (no bytes beyond the row's null bitmap, so a
+    # plain create costs nothing extra) and is shown with its own id as root_id and depth 0 (root_id and
+    # tree_depth below). Plain columns, not foreign keys: retention deletes finished parents, and a
+    # foreign key would make every create read its parent's index again.
+    parent_id = models.CharField(max_length=40, null=True, blank=True, editable=False)
+    root_id = models.CharField(max_length=40, null=True, blank=True, editable=False)
+    depth = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
+    # A root's lifetime count of descendants (null: none yet; null on every other todo). The create
+    # statement that adds children raises it and checks the root's queue's max_descendants against it,
+    # under the root row's lock (todos/sql/create.py, SPAWN).
+    descendants = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # A root's own spawn caps, given at its create ({max_depth, max_children, max_descendants}, each optional;
+    # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
+    # but never loosen them.
+    spawn_caps = models.JSONField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -307,10 +323,26 @@ class Todo(models.Model):
             # a trigram index answers it in milliseconds at 1M rows instead of a sequential scan.
             # bench/admin/title_search.py measures both and its cost on transitions (docs/benchmarks.md).
             GinIndex(OpClass(Upper("title"), name="gin_trgm_ops"), name="todo_title_trgm"),
+            # Lineage (issue 30). Partial: only children have entries, so a root (every todo created without
+            # a parent) writes none, on create or on any later transition. A child pays two index tuples per
+            # non-HOT update, as for any partial index that holds it.
+            # A parent's children: the subtree walk of GET /todos/<id>/tree/ and the live-children count.
+            models.Index(fields=["parent_id"], condition=Q(parent_id__isnull=False), name="todo_children"),
+            # A root's descendants in tree order (depth, then id): a tree page and ?root= are one range.
+            models.Index(fields=["root_id", "depth", "id"], condition=Q(root_id__isnull=False), name="todo_tree"),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} [{self.queue}] {self.state}"
+
+    @property
+    def tree_root_id(self) -> str:
+        """The root of this todo's tree: its own id for a root."""
+        return self.root_id or self.id
+
+    @property
+    def tree_depth(self) -> int:
+        return self.depth or 0
 
     @property
     def is_dead_letter(self) -> bool:
@@ -442,6 +474,12 @@ class Queue(models.Model):
     max_claimed_per_key = models.PositiveIntegerField(null=True, blank=True)
     # The fair round (virtual time): the start of the last key a claim took. Kept by the claim statement.
     fair_round = models.FloatField(default=0.0, db_default=0.0, editable=False)
+    # Spawn caps (issue 30) of the trees whose root is in this queue; null: no cap. max_depth: how far
+    # below its root a todo may be; max_children: unfinished children of one parent at once;
+    # max_descendants: todos ever created in one tree (its root excluded).
+    max_depth = models.PositiveIntegerField(null=True, blank=True)
+    max_children = models.PositiveIntegerField(null=True, blank=True)
+    max_descendants = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -14,7 +14,14 @@ from typing import Any
 from django.db import connection
 
 from todos import sql
-from todos.limits import DEPENDENCY_RESULTS_MAX_BYTES, MAX_DEPENDENCIES, MAX_SHOWN_RESULT_CHARS
+from todos.errors import TodoNotFound
+from todos.limits import (
+    DEPENDENCY_RESULTS_MAX_BYTES,
+    MAX_DEPENDENCIES,
+    MAX_SHOWN_RESULT_CHARS,
+    MAX_TREE_PAGE,
+    MAX_TREE_WALK,
+)
 from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like, visible_patterns
 from todos.rows import fetchall
 
@@ -126,3 +133,51 @@ def show_awaited(todos: Iterable[Todo]) -> None:
                 result = {"truncated": True}
             shown.append({"id": todo_id, "state": row["state"], "result": result})
         todo.resolution = {**resolution, "todos": shown}
+
+
+# --- trees (issue 30) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    id: str
+    parent_id: str | None
+    depth: int
+    state: str
+    dead_letter: bool
+    queue: str
+    kind: str
+    title: str
+
+
+@dataclass(frozen=True)
+class TreePage:
+    nodes: list[TreeNode]
+    # Where the next page starts: (depth, id) of this page's last node; None when this is the last page.
+    after: tuple[int, str] | None
+    # The subtree of a todo below its root is walked up to MAX_TREE_WALK nodes: past that, some are missing.
+    truncated: bool
+
+
+def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, limit: int = MAX_TREE_PAGE) -> TreePage:
+    """One page of ``todo_id``'s subtree (itself first, then by depth and id), after ``after``. Nodes outside
+    the agent's scopes are left out (a visible node's parent_id may still name one: an id, nothing more); a
+    todo it cannot see is TodoNotFound, as for GET of it."""
+    found = Todo.objects.visible_to(agent).filter(pk=todo_id).values_list("root_id", flat=True)
+    if not found:
+        raise TodoNotFound(f"No todo {todo_id}.")
+    is_root = found[0] is None
+    depth, after_id = after if after is not None else (-1, "")
+    params = {
+        "id": todo_id,
+        "after_depth": depth,
+        "after_id": after_id,
+        "limit": limit + 1,  # one more: is there a next page
+        "walk": MAX_TREE_WALK,
+        "visible": visible_patterns(agent),
+    }
+    rows = fetchall(sql.TREE_OF_ROOT if is_root else sql.TREE_WALK, params)
+    truncated = bool(rows) and not is_root and bool(rows[0][8])
+    nodes = [TreeNode(*row[:8]) for row in rows[:limit]]
+    more = len(rows) > limit
+    return TreePage(nodes, (nodes[-1].depth, nodes[-1].id) if more else None, truncated)

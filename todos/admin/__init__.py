@@ -44,7 +44,7 @@ from todos.admin.login import ThrottledAdminLoginForm
 from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
-from todos.limits import MAX_SELECTED
+from todos.limits import MAX_SELECTED, MAX_TREE_CHILDREN_SHOWN
 from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
 from todos.schedules import next_tick
 
@@ -154,6 +154,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             },
         ),
         ("Event", {"fields": ("event_link", "sibling_todos")}),
+        ("Tree", {"fields": ("tree_links",)}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Wait", {"fields": ("waiting_for_json", "waits_until", "resolution_json")}),
         ("Progress", {"fields": ("progress_json", "checkpoint_json", "traceparent")}),
@@ -311,6 +312,36 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             return "—"
         url = reverse("admin:events_event_change", args=[quote(obj.event_id)])
         return format_html('<a href="{}">{}</a>', url, obj.event_id)
+
+    @admin.display(description="lineage")
+    def tree_links(self, obj: Todo) -> SafeString | str:
+        """Parent and root (agent trees, issue 30), and the first children, each with its state (one probe of
+        todo_children). The whole tree: GET /api/v1/todos/<id>/tree/."""
+        children = Todo.objects.filter(parent_id=obj.pk).only("id", "state", "next_retry_at").order_by("id")
+        shown = list(children[: MAX_TREE_CHILDREN_SHOWN + 1])
+        if obj.parent_id is None and not shown:
+            return "—"
+
+        def link(todo_id: str) -> SafeString:
+            return format_html(
+                '<a href="{}">{}</a>', reverse("admin:todos_todo_change", args=[quote(todo_id)]), todo_id
+            )
+
+        items = format_html_join(
+            " ",
+            "{} {}",
+            ((link(c.pk), show.state_badge(c)) for c in shown[:MAX_TREE_CHILDREN_SHOWN]),
+        )
+        more = "…" if len(shown) > MAX_TREE_CHILDREN_SHOWN else ""
+        parent = link(obj.parent_id) if obj.parent_id else "none (a root)"
+        return format_html(
+            "parent {} · root {} · depth {}<br>children: {}{}",
+            parent,
+            link(obj.tree_root_id),
+            obj.tree_depth,
+            items or "none",
+            more,
+        )
 
     @admin.display(description="other todos of this event")
     def sibling_todos(self, obj: Todo) -> SafeString | str:

@@ -14,7 +14,7 @@ from rest_framework import serializers
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from todos.api.fields import stored_json_bytes
-from todos.api.serializers import BatchCreateInput, BatchCreateItemInput
+from todos.api.serializers import BatchCreateInput, BatchCreateItemInput, ParentInput
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_CREATE_BATCH, MAX_DEPENDENCIES
 from todos.models import QUEUE_NAME_RE, is_system_key
@@ -100,6 +100,7 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "on_dependency_failure": lambda v: isinstance(v, str) and v in policies,
         "run_at": lambda v: v is None,  # a time to parse: the serializer's
         "traceparent": lambda v: v is None,  # a header to parse: the serializer's
+        "spawn_caps": lambda v: v is None,  # an object to validate: the serializer's
     }
     # A callable default (payload's dict) makes a fresh value per item, as DRF does: none is shared.
     defaults = {name: field.default for name, field in fields.items() if field.default is not serializers.empty}
@@ -133,7 +134,7 @@ def fast_item(raw: dict[str, Any]) -> dict[str, Any] | None:
 def valid_batch(data: Any) -> list[dict[str, Any]]:
     """The items of a batch create, each validated as a create's body (plus depends_on_index); any invalid
     item refuses the whole batch: 400 naming each bad item's fields as ``todos.<index>.<field>``."""
-    raw = data.get("todos") if isinstance(data, Mapping) and set(data) == {"todos"} else None
+    raw = data.get("todos") if isinstance(data, Mapping) and set(data) - {"parent"} == {"todos"} else None
     if isinstance(raw, list) and 0 < len(raw) <= MAX_CREATE_BATCH and all(isinstance(i, dict) for i in raw):
         fast = [fast_item(i) for i in raw]
         if all(f is not None for f in fast):
@@ -155,3 +156,17 @@ def valid_batch(data: Any) -> list[dict[str, Any]]:
     first = ", ".join(k.split(".", 2)[2] for k in errors if k.startswith(f"todos.{bad[0]}."))
     more = f", and {len(bad) - 1} more" if len(bad) > 1 else ""
     raise InvalidTransitionInput(f"Item {bad[0]} is invalid ({first}){more}; nothing was written.", fields=errors)
+
+
+def batch_parent(data: Any) -> dict[str, str] | None:
+    """A batch's ``parent`` (every item's), validated as a create's: 400 naming ``parent.<field>``."""
+    if not isinstance(data, Mapping) or data.get("parent") is None:
+        return None
+    parent = ParentInput(data=data["parent"])
+    if not parent.is_valid():
+        errors = parent.errors
+        named = dict(errors) if isinstance(errors, Mapping) else {"non_field_errors": errors}
+        raise InvalidTransitionInput(
+            "parent is invalid; nothing was written.", fields={f"parent.{k}": v for k, v in named.items()}
+        )
+    return dict(parent.validated_data)

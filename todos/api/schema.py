@@ -87,6 +87,9 @@ _TODO: dict[str, Any] = {
     "dependencies": [],
     "waiting_for": None,
     "resolution": None,
+    "parent_id": None,
+    "root_id": "td_6f1c2d0e9a7b4c3d8e5f60718293a4b5",
+    "depth": 0,
 }
 _PENDING = {**_TODO, "state": "pending", "owner": None, "lease_id": None, "lease_expires_at": None, "attempt": 0}
 _DONE = {**_TODO, "state": "done", "lease_id": None, "lease_expires_at": None, "result": {"approved": True}}
@@ -209,6 +212,26 @@ TODO_LIST_EXAMPLES = [
     _res({"next": "https://switchboard.example/api/v1/todos/?cursor=cD0yMDI2", "previous": None, "results": [_PENDING]})
 ]
 TODO_EXAMPLES = [_res(_TODO)]
+_NODE = {"dead_letter": False, "queue": "github.pulls", "kind": "review"}
+TREE_EXAMPLES = [
+    _res(
+        {
+            "nodes": [
+                {**_NODE, "id": _TODO["id"], "parent_id": None, "depth": 0, "state": "claimed", "title": "Review #42"},
+                {
+                    **_NODE,
+                    "id": "td_0a9b8c7d6e5f40312a3b4c5d6e7f8091",
+                    "parent_id": _TODO["id"],
+                    "depth": 1,
+                    "state": "pending",
+                    "title": "Review src/queue.py",
+                },
+            ],
+            "next": None,
+            "truncated": False,
+        }
+    )
+]
 CLAIM_NEXT_EXAMPLES = [
     _req({"queues": ["github.*"], "lease_seconds": 300, "limit": 1, "wait_seconds": 20, "worker": "host-1"}),
     _res({"todos": [_TODO]}),

@@ -39,6 +39,7 @@ from todos.limits import (
     MAX_PROGRESS_MESSAGE_CHARS,
     MAX_QUEUE_LIMIT,
     MAX_RETRY_IN_SECONDS,
+    MAX_TREE_DEPTH,
     WAIT_TIMEOUT_MAX_SECONDS,
 )
 from todos.models import (
@@ -79,6 +80,11 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     waiting_for = serializers.JSONField(
         read_only=True, allow_null=True, help_text="While waiting: the `for` it waits for (never a token)."
     )
+    parent_id = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The todo whose lease's holder created it; null for a root."
+    )
+    root_id = serializers.CharField(source="tree_root_id", read_only=True, help_text="Its tree's root: its own id.")
+    depth = serializers.IntegerField(source="tree_depth", read_only=True, help_text="Below its root: 0 for a root.")
     resolution = serializers.JSONField(
         read_only=True,
         allow_null=True,
@@ -123,6 +129,9 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "dependencies",
             "waiting_for",
             "resolution",
+            "parent_id",
+            "root_id",
+            "depth",
         ]
         read_only_fields = fields
 
@@ -175,6 +184,9 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "dependencies": self.get_dependencies(todo),
             "waiting_for": todo.waiting_for if todo.state == TodoState.WAITING else None,
             "resolution": todo.resolution,
+            "parent_id": todo.parent_id,
+            "root_id": todo.root_id or todo.id,
+            "depth": todo.depth or 0,
         }
 
 
@@ -198,6 +210,7 @@ class ErrorBodySerializer(serializers.Serializer[Any]):
         choices=[
             "not_found",
             "conflict",
+            "spawn_limit",
             "invalid",
             "unauthorized",
             "forbidden",
@@ -268,6 +281,9 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     fair = serializers.BooleanField(help_text="claims take the todos' fair_keys in weighted round robin")
     fair_weights = serializers.DictField(child=serializers.FloatField(), help_text="key -> weight; default 1")
     max_claimed_per_key = serializers.IntegerField(allow_null=True, help_text="live leases per key; null: no cap")
+    max_depth = serializers.IntegerField(allow_null=True, help_text="of its trees: levels below the root")
+    max_children = serializers.IntegerField(allow_null=True, help_text="of its trees: unfinished children a parent")
+    max_descendants = serializers.IntegerField(allow_null=True, help_text="of its trees: todos ever made, a tree")
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -286,6 +302,27 @@ class StrictInput(serializers.Serializer[Any]):
                     {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
                 )
         return super().to_internal_value(data)
+
+
+class ParentInput(StrictInput):
+    """The receipt of a todo the caller holds (its id and the claim's lease_id): the new todo is its child."""
+
+    id = serializers.CharField(max_length=40)
+    lease_id = _lease_id_field()
+
+
+_PARENT_HELP = (
+    "A todo you hold, by its receipt {id, lease_id}: the new todo is its child (parent_id, root_id, depth), "
+    "within its tree's spawn caps. 409 `conflict` if you do not hold that lease, `spawn_limit` over a cap."
+)
+
+
+class SpawnCapsInput(StrictInput):
+    """A root's own spawn caps: its tree takes the smaller of these and its queue's."""
+
+    max_depth = serializers.IntegerField(min_value=0, max_value=MAX_TREE_DEPTH, required=False)
+    max_children = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
+    max_descendants = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
 
 
 class TodoCreateInput(StrictInput):
@@ -345,6 +382,14 @@ class TodoCreateInput(StrictInput):
         required=False,
         help_text="A dependency that dead-letters or is cancelled: `cancel` this todo too (default), or `run` it.",
     )
+    parent = ParentInput(required=False, allow_null=True, default=None, help_text=_PARENT_HELP)
+    spawn_caps = SpawnCapsInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
+        "(the smaller holds). Not with parent.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -364,6 +409,7 @@ class TodoAwaitInput(serializers.Serializer[Any]):
 
 
 class BatchCreateItemInput(TodoCreateInput):
+    parent = None  # type: ignore[assignment]  # a batch names one parent for all its items (BatchCreateInput)
     depends_on_index = serializers.ListField(
         child=serializers.IntegerField(min_value=0, max_value=MAX_CREATE_BATCH - 1),
         required=False,
@@ -384,6 +430,7 @@ class BatchCreateInput(StrictInput):
     todos = serializers.ListField(
         child=serializers.DictField(), allow_empty=False, max_length=MAX_CREATE_BATCH, help_text="Each a create's body."
     )
+    parent = ParentInput(required=False, allow_null=True, default=None, help_text="Every item's. " + _PARENT_HELP)
 
 
 class BatchCreateOutcomeSerializer(serializers.Serializer[Any]):
@@ -402,6 +449,27 @@ class BatchCreateResultSerializer(serializers.Serializer[Any]):
     outcomes = BatchCreateOutcomeSerializer(many=True)
 
 
+class TreeNodeSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True, help_text="null for the root")
+    depth = serializers.IntegerField(help_text="below the root: 0 for the root")
+    state = serializers.CharField()
+    dead_letter = serializers.BooleanField()
+    queue = serializers.CharField()
+    kind = serializers.CharField()
+    title = serializers.CharField()
+
+
+class TreePageSerializer(serializers.Serializer[Any]):
+    nodes = TreeNodeSerializer(many=True)
+    next = serializers.CharField(allow_null=True, help_text="the next page's URL; null on the last")
+    truncated = serializers.BooleanField(help_text="a subtree below its root past the walk's bound: nodes missing")
+
+
+class TreeInput(serializers.Serializer[Any]):
+    cursor = serializers.CharField(max_length=200, required=False, help_text="from `next`")
+
+
 class TodoPatchInput(StrictInput):
     priority = PriorityField()
 
@@ -415,6 +483,8 @@ class TodoListFilter(serializers.Serializer[Any]):
         max_length=MAX_FAIR_KEY_CHARS, required=False, allow_blank=True, trim_whitespace=False
     )
     dead = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="true: dead-letters only")
+    # Named like Field.root; the metaclass takes it off the class (see TodoSerializer.errors).
+    root = serializers.CharField(max_length=40, required=False, help_text="a tree: this root and its descendants")  # type: ignore[assignment]
 
 
 class ClaimNextInput(StrictInput):
@@ -581,12 +651,22 @@ class QueueLimitsInput(StrictInput):
     max_claimed_per_key = serializers.IntegerField(
         min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
     )
+    # Spawn caps (issue 30) of the trees whose root is in this queue: 409 spawn_limit for a create past one.
+    max_depth = serializers.IntegerField(
+        min_value=0, max_value=MAX_TREE_DEPTH, required=False, allow_null=True, help_text="levels below a root"
+    )
+    max_children = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="unfinished, a parent"
+    )
+    max_descendants = serializers.IntegerField(
+        min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="ever created, a tree"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
                 "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
-                "max_claimed_per_key."
+                "max_claimed_per_key, max_depth, max_children, max_descendants."
             )
         return attrs
 

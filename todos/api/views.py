@@ -4,12 +4,15 @@ write state. Errors are raised and rendered by switchboard.api.exception_handler
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -17,13 +20,14 @@ from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
 from todos import auth, budgets, controls, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
-from todos.api.batch import valid_batch
+from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
     BatchCompleteInput,
     BatchCompleteResultSerializer,
@@ -51,6 +55,8 @@ from todos.api.serializers import (
     TodoListFilter,
     TodoPatchInput,
     TodoSerializer,
+    TreeInput,
+    TreePageSerializer,
     WaitingTodoSerializer,
     WaitInput,
     WaitpointResolveInput,
@@ -58,7 +64,7 @@ from todos.api.serializers import (
 )
 from todos.auth import caller_agent
 from todos.errors import TodoNotFound
-from todos.limits import LONG_POLL_MAX_SECONDS, MAX_COMPLETE_BATCH, MAX_CREATE_BATCH
+from todos.limits import LONG_POLL_MAX_SECONDS, MAX_COMPLETE_BATCH, MAX_CREATE_BATCH, MAX_TREE_DEPTH, MAX_TREE_PAGE
 from todos.models import Agent, Schedule, Todo, hash_token
 
 
@@ -125,6 +131,8 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
         for field in ("queue", "state", "kind", "assignee", "fair_key"):
             if field in filters:
                 todos = todos.filter(**{field: filters[field]})
+        if "root" in filters:  # the root itself (by its primary key) and its descendants (todo_tree)
+            todos = todos.filter(Q(pk=filters["root"]) | Q(root_id=filters["root"]))
         if filters.get("dead") is True:
             todos = todos.dead_lettered()
         elif filters.get("dead") is False:
@@ -141,6 +149,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
             OpenApiParameter("kind", str),
             OpenApiParameter("assignee", str),
             OpenApiParameter("dead", bool, description="true: dead-letters only; false: no dead-letters"),
+            OpenApiParameter("root", str, description="a tree: this root and its descendants"),
         ],
         **docs.documented(TodoSerializer(many=True), (400, 401), docs.TODO_LIST_EXAMPLES),
     )
@@ -217,7 +226,8 @@ class TodoBatchCreateApi(APIView):
         **docs.documented(BatchCreateResultSerializer, (400, 401, 404, 413), docs.BATCH_CREATE_EXAMPLES),
     )
     def post(self, request: Request) -> Response:
-        outcomes = queue.create_many(valid_batch(request.data), agent=_creating_agent(request))
+        items, parent = valid_batch(request.data), batch_parent(request.data)
+        outcomes = queue.create_many(items, agent=_creating_agent(request), parent=parent)
         return Response({"outcomes": batch_outcomes(outcomes)})
 
 
@@ -280,6 +290,43 @@ class TodoDetailApi(_WaitsOnTheLoop):
         agent = _staff_agent(request, _todo_id(todo_id))
         data = _valid(TodoPatchInput, request.data)
         return _render(queue.set_priority(todo_id, priority=data["priority"], agent=agent))
+
+
+def _tree_cursor(after: tuple[int, str]) -> str:
+    return base64.urlsafe_b64encode(f"{after[0]}:{after[1]}".encode()).decode().rstrip("=")
+
+
+def _tree_after(cursor: str | None) -> tuple[int, str] | None:
+    """A cursor from _tree_cursor back to (depth, id); anything else is 400 naming the cursor."""
+    if cursor is None:
+        return None
+    try:
+        depth, _, todo_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition(":")
+        if depth.isdecimal() and int(depth) <= MAX_TREE_DEPTH and ids.is_id(todo_id, ids.TODO):
+            return int(depth), todo_id
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise exceptions.ValidationError({"cursor": ["Not a cursor this endpoint gave."]})
+
+
+class TodoTreeApi(APIView):
+    @extend_schema(
+        operation_id="todos_tree",
+        summary="A todo's tree",
+        description=f"The todo and its descendants (issue 30), the todo first, then by depth and id, up to "
+        f"{MAX_TREE_PAGE} nodes a page (`next`). Nodes outside your scopes are left out; a node's `parent_id` "
+        "may name one of them. 404 for a todo you cannot see.",
+        parameters=[OpenApiParameter("cursor", str, description="from `next`")],
+        **docs.documented(TreePageSerializer, (400, 401, 404), docs.TREE_EXAMPLES),
+    )
+    def get(self, request: Request, todo_id: str) -> Response:
+        after = _tree_after(_valid(TreeInput, request.query_params).get("cursor"))
+        page = selectors.tree_page(caller_agent(request), _todo_id(todo_id), after)
+        following = None
+        if page.after is not None:
+            following = replace_query_param(request.build_absolute_uri(), "cursor", _tree_cursor(page.after))
+        nodes = [dataclasses.asdict(node) for node in page.nodes]
+        return Response({"nodes": nodes, "next": following, "truncated": page.truncated})
 
 
 class TodoRunNowApi(APIView):

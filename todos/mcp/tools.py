@@ -28,7 +28,7 @@ from rest_framework.utils import encoders
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
 from todos import limits, longpoll, queue, results, selectors
-from todos.api.batch import valid_batch
+from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
     ClaimNextInput,
     ClaimOneInput,
@@ -208,12 +208,12 @@ async def wait(agent: Agent, args: Args) -> JSONObject:
 async def create_for(agent: Agent, args: Args) -> JSONObject:
     if "todos" in args:
         # A batch, as POST /api/v1/todos/batch/: all or nothing, one {todo, created} per item.
-        if extra := sorted(set(args) - {"todos"}):
+        if extra := sorted(set(args) - {"todos", "parent"}):
             raise serializers.ValidationError({name: ["Not allowed with todos."] for name in extra})
-        items = valid_batch(args)
+        items, parent = valid_batch(args), batch_parent(args)
 
         def create_many() -> JSONObject:
-            return {"outcomes": batch_outcomes(queue.create_many(items, agent=agent))}
+            return {"outcomes": batch_outcomes(queue.create_many(items, agent=agent, parent=parent))}
 
         return await in_thread(create_many)
     data = _valid(TodoCreateInput, args)
@@ -269,6 +269,8 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "traceparent": _STR,  # W3C Trace Context: the name says it
     "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first (<=100)."},
     "on_dependency_failure": {"enum": ["cancel", "run"]},
+    "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
+    "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
 }
 
 TOOLS: dict[str, Tool] = {
@@ -294,7 +296,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "get_todo",
-            "One todo by id. wait_seconds: answer once it is done, dead-lettered or cancelled, or then.",
+            "One todo by id. wait_seconds: answer once it is finished, or then.",
             _input(
                 {"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": LONG_POLL_MAX_SECONDS}}, ("id",)
             ),
@@ -324,8 +326,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease; call every third of it. progress and checkpoint (a JSON object handed to the "
-            "next claimer) are optional.",
+            "Extend your lease; call every third of it. Optional: progress, checkpoint (JSON handed to the next "
+            "claimer).",
             _input(
                 {
                     "id": _ID,
@@ -348,7 +350,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "fail",
-            "Fail a leased todo; it is retried with backoff (or after retry_in_seconds) until its attempts run out.",
+            "Fail a leased todo; retried with backoff (or after retry_in_seconds) until attempts run out.",
             _input({"id": _ID, "lease_id": _LEASE_ID, "error": _STR, "retry_in_seconds": _NUM}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.fail, FailInput),
@@ -380,7 +382,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            f"Create a todo in your create scopes, optionally for one agent. Or todos: up to {MAX_CREATE_BATCH} "
+            f"Create a todo in your create scopes. Or todos: up to {MAX_CREATE_BATCH} "
             "(plus depends_on_index: earlier items), all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {

@@ -14,9 +14,16 @@ from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from todos import sql, tracing
-from todos.errors import InvalidTransitionInput, QueueError, TodoConflict, TodoNotFound
-from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS
-from todos.metrics import TRANSITIONS, counted
+from todos.errors import (
+    InvalidTransitionInput,
+    ParentNotHeld,
+    QueueError,
+    SpawnLimitReached,
+    TodoConflict,
+    TodoNotFound,
+)
+from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, MAX_TREE_DEPTH
+from todos.metrics import SPAWN_REFUSED, TRANSITIONS, counted
 from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
 from todos.queue._common import JSON, priority_problem
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
@@ -40,6 +47,7 @@ CREATE_FIELDS = (
     "depends_on",
     "depends_on_index",
     "on_dependency_failure",
+    "spawn_caps",
 )
 
 
@@ -63,6 +71,8 @@ def create(
     traceparent: str | None = None,
     depends_on: Sequence[str] = (),
     on_dependency_failure: str = OnDependencyFailure.CANCEL,
+    parent: Mapping[str, str] | None = None,
+    spawn_caps: Mapping[str, int] | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -72,6 +82,10 @@ def create(
 
     ``agent`` None is the system (webhook routing, schedules); an agent may create only in its create scopes.
     ``fair_key``: the tenant a fair queue shares its claims by (todos/sql/claim.py, CLAIM_NEXT_FAIR).
+    ``parent``: ``{"id", "lease_id"}``, the receipt of a todo the agent holds: the new todo is its child
+    (parent_id, root_id, depth), within its tree's spawn caps (ParentNotHeld, SpawnLimitReached).
+    ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
+    than its queue's (the smaller of the two holds); not with ``parent``.
     """
     item = {
         "queue": queue,
@@ -90,17 +104,20 @@ def create(
         "traceparent": traceparent,
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
+        "spawn_caps": spawn_caps,
     }
-    return _create_many([item], agent, _WHOLE, batch=False)[0]
+    return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
 
 
-def create_many(items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None) -> list[tuple[TodoRef, bool]]:
+def create_many(
+    items: Sequence[Mapping[str, Any]], *, agent: Agent | None = None, parent: Mapping[str, str] | None = None
+) -> list[tuple[TodoRef, bool]]:
     """create for a batch (up to MAX_CREATE_BATCH items, each a dict of create's arguments, plus
     ``depends_on_index``: earlier items of the batch it depends on), all or nothing: one (todo's id and
     state, created) per item, in order, or an error naming the item (``todos.<index>.<field>``) and nothing
-    written."""
+    written. ``parent``: as create's, for every item (a fan-out: one parent, many children)."""
     try:
-        outcomes = _create_many(items, agent, _BRIEF, batch=True)
+        outcomes = _create_many(items, agent, _BRIEF, batch=True, parent=parent)
     except QueueError as exc:
         TRANSITIONS.labels(verb="create", outcome=exc.code).inc()
         raise
@@ -182,6 +199,16 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
         raise _invalid("run_at needs a time zone offset (RFC 3339).", "run_at", index)
     if delay is not None and not 0 <= delay <= MAX_DELAY_SECONDS:
         raise _invalid(f"delay_seconds must be between 0 and {MAX_DELAY_SECONDS}.", "delay_seconds", index)
+    if (caps := item.get("spawn_caps")) is not None and (
+        not isinstance(caps, Mapping)
+        or not caps.keys() <= _SPAWN_CAPS
+        or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_QUEUE_LIMIT for v in caps.values())
+    ):
+        raise _invalid(
+            f"spawn_caps takes max_depth, max_children and max_descendants, each 0 to {MAX_QUEUE_LIMIT}.",
+            "spawn_caps",
+            index,
+        )
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -217,7 +244,8 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
 
 
 _DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
-_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps")
+_SPAWN_CAPS = frozenset(("max_depth", "max_children", "max_descendants"))
 
 
 def _dependencies(item: Mapping[str, Any], ids: list[str]) -> list[str]:
@@ -228,10 +256,19 @@ def _dependencies(item: Mapping[str, Any], ids: list[str]) -> list[str]:
 
 
 def _create_many(
-    items: Sequence[Mapping[str, Any]], agent: Agent | None, reading: _Reading[_T], *, batch: bool
+    items: Sequence[Mapping[str, Any]],
+    agent: Agent | None,
+    reading: _Reading[_T],
+    *,
+    batch: bool,
+    parent: Mapping[str, str] | None = None,
 ) -> list[tuple[_T, bool]]:
     if not items:
         return []
+    if parent is not None and agent is None:
+        raise InvalidTransitionInput("Only an agent holding the parent's lease may name a parent.", field="parent")
+    if parent is not None and any(item.get("spawn_caps") is not None for item in items):
+        raise InvalidTransitionInput("spawn_caps are a root's: a child takes its tree's.", field="spawn_caps")
     if len(items) > MAX_CREATE_BATCH:
         raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
     allowed: dict[str, bool] = {}
@@ -248,15 +285,52 @@ def _create_many(
         for row, traceparent in zip(rows, traceparents, strict=True):
             if traceparent is not None:
                 row["traceparent"] = traceparent
-        if not any(wanted) and len(items) == 1 and not new_queues:
+        if not any(wanted) and len(items) == 1 and not new_queues and parent is None:
             return [_insert(reading, rows)[0]]  # one statement (and its rare retries): no transaction needed
         with transaction.atomic():
+            root_id = None
+            if parent is not None:
+                assert agent is not None
+                root_id, lineage = _spawn(parent, agent, len(items))
+                for row in rows:
+                    row.update(lineage)
             if new_queues:
                 admit_new_queues(new_queues, items, batch)
             outcomes = _insert(reading, rows)
+            if root_id is not None and (existing := sum(1 for _, created in outcomes if not created)):
+                fetchall(sql.UNCOUNT_DESCENDANTS, {"root": root_id, "n": existing})
             if any(wanted):
                 outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
             return outcomes
+
+
+def _spawn(parent: Mapping[str, str], agent: Agent, children: int) -> tuple[str, dict[str, Any]]:
+    """In the create's transaction, before its insert: lock the parent if the agent holds its receipt
+    (LOCK_PARENT), then decide the tree's spawn caps for ``children`` more and count them on the root
+    (SPAWN_CAPS). -> the root's id, and the lineage every new row takes."""
+    held = fetchall(
+        sql.LOCK_PARENT,
+        {"id": parent["id"], "lease_id": parent["lease_id"], "agent": agent.name, "visible": visible_patterns(agent)},
+    )
+    if not held:
+        raise ParentNotHeld(
+            f"You do not hold the current lease of todo {parent['id']}: a parent must be a todo you hold, named "
+            "with its lease_id."
+        )
+    parent_id, root_id, depth = held[0]
+    if depth > MAX_TREE_DEPTH:
+        _refuse("max_depth", MAX_TREE_DEPTH)
+    verdict = fetchall(sql.SPAWN_CAPS, {"root": root_id, "parent": parent_id, "depth": depth, "n": children})
+    # No row: the root is gone (retention purged it, finished, while its tree lived on): no caps to apply.
+    if verdict and (refused := verdict[0][0]) is not None:
+        caps = dict(zip(("max_depth", "max_children", "max_descendants"), verdict[0][1:], strict=True))
+        _refuse(refused, caps[refused])
+    return root_id, {"parent_id": parent_id, "root_id": root_id, "depth": depth}
+
+
+def _refuse(limit: str, value: int) -> None:
+    SPAWN_REFUSED.labels(limit=limit).inc()
+    raise SpawnLimitReached(f"The tree's {limit} is {value}: nothing was created.", limit=limit, value=value)
 
 
 def _insert(reading: _Reading[_T], rows: list[dict[str, Any]]) -> list[tuple[_T, bool]]:

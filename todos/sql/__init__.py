@@ -28,9 +28,12 @@ from todos.sql.create import (
     CREATE_MANY,
     CREATE_MANY_BRIEF,
     LOCK_CREATE_SCOPES,
+    LOCK_PARENT,
     RUNNABLE_BY_KEYS,
     RUNNABLE_BY_KEYS_BRIEF,
     SCHEDULED_NOTIFY_HORIZON_SECONDS,
+    SPAWN_CAPS,
+    UNCOUNT_DESCENDANTS,
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
@@ -46,7 +49,7 @@ from todos.sql.operators import (
     SET_PRIORITY,
 )
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
-from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE
+from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import (
     COUNT_PRUNABLE_QUEUES,
@@ -96,6 +99,7 @@ __all__ = [
     "LINK",
     "LINK_WAIT",
     "LOCK_CREATE_SCOPES",
+    "LOCK_PARENT",
     "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "OPEN_EVENT_WAITS",
@@ -129,9 +133,13 @@ __all__ = [
     "SETTLE",
     "SET_PRIORITY",
     "SET_QUEUE_LIMITS",
+    "SPAWN_CAPS",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
+    "TREE_OF_ROOT",
+    "TREE_WALK",
+    "UNCOUNT_DESCENDANTS",
     "UNREGISTERED_QUEUES",
     "WAIT",
     "WAITPOINT_BY_HASH",

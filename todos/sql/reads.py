@@ -124,3 +124,44 @@ SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM todos_to
 WHERE {S.FAILED.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
 GROUP BY 1, 3
 """
+
+
+# GET /api/v1/todos/<id>/tree/ (todos/selectors.py, tree_page): one page of a tree in (depth, id) order, after
+# the cursor (%(after_depth)s, %(after_id)s; -1 and '' for the first page, which starts with the todo itself).
+# Nodes outside the caller's scopes (%(visible)s) are left out; their children are not.
+# TREE_OF_ROOT, the tree of a root: the root by its primary key, then one range of todo_tree (root_id, depth,
+# id) from the cursor, stopping at the page's %(limit)s: any size of tree pages at the cost of its page.
+TREE_OF_ROOT = f"""
+(SELECT id, parent_id, 0, state, ({S.DEAD_LETTER.sql()}), queue, kind, title FROM todos_todo
+ WHERE id = %(id)s::text AND %(after_depth)s::int < 0 AND queue LIKE ANY(%(visible)s::text[]))
+UNION ALL
+(SELECT id, parent_id, depth, state, ({S.DEAD_LETTER.sql()}), queue, kind, title FROM todos_todo
+ WHERE root_id = %(id)s::text AND (depth, id) > (%(after_depth)s::int, %(after_id)s::text)
+   AND queue LIKE ANY(%(visible)s::text[])
+ ORDER BY depth, id LIMIT %(limit)s::int)
+LIMIT %(limit)s::int
+"""
+
+# TREE_WALK, the subtree of a todo below its root (which todo_tree cannot range over): walked from the todo,
+# parent to children (todo_children, one probe per node), up to %(walk)s::int nodes (limits.MAX_TREE_WALK: the walk
+# runs again for every page), then ordered as above. The last column says the walk stopped at its bound.
+TREE_WALK = f"""
+WITH RECURSIVE walk(id) AS (
+    SELECT id FROM todos_todo WHERE parent_id = %(id)s::text
+    UNION ALL
+    SELECT c.id FROM walk JOIN todos_todo c ON c.parent_id = walk.id
+),
+bounded AS MATERIALIZED (SELECT id FROM walk LIMIT %(walk)s::int + 1),
+nodes AS (
+    SELECT id, parent_id, depth, state, ({S.DEAD_LETTER.sql()}) AS dead, queue, kind, title
+    FROM todos_todo WHERE id = %(id)s::text AND %(after_depth)s::int < 0
+    UNION ALL
+    SELECT t.id, t.parent_id, t.depth, t.state, ({S.DEAD_LETTER.sql("t")}), t.queue, t.kind,
+        t.title
+    FROM (SELECT id FROM bounded LIMIT %(walk)s::int) b JOIN todos_todo t ON t.id = b.id
+    WHERE (t.depth, t.id) > (%(after_depth)s::int, %(after_id)s::text)
+)
+SELECT nodes.*, (SELECT count(*) FROM bounded) > %(walk)s::int FROM nodes
+WHERE queue LIKE ANY(%(visible)s::text[])
+ORDER BY depth, id LIMIT %(limit)s::int
+"""

@@ -41,6 +41,10 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_admin_key",
         "todo_dead_last_error",
         "todo_retry_queue_due",
+        # lineage (migration 0026): a parent's children and a root's tree; partial, so roots (every todo
+        # created without a parent) write nothing to either
+        "todo_children",
+        "todo_tree",
     }
 
 

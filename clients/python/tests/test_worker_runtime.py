@@ -316,3 +316,26 @@ def test_a_claim_answered_as_the_stop_comes_is_given_back_not_left_to_lapse(serv
     todo.refresh_from_db()
     assert todo.state == TodoState.PENDING and todo.attempt == 0 and todo.lease_id is None
     assert ran == [] and worker.stats.released == 1
+
+
+def test_a_handler_creates_children_under_its_own_lease_three_levels_deep(server, agent):
+    root = queue.create(queue="tree", kind="spawn", payload={"levels": 2})[0]
+    client = Client(server.base, agent.token)
+
+    def spawn(todo, ctx):
+        if todo.payload["levels"]:
+            ctx.create("tree", kind="spawn", payload={"levels": todo.payload["levels"] - 1})
+        return {"depth": todo.depth}
+
+    with client:
+        # A draining worker stops when a claim finds nothing, and each level is created while the level
+        # above runs: one run per level.
+        for _ in range(3):
+            worker = Worker(client, queues=["tree"], lease_seconds=60, poll_seconds=1, drain=True)
+            worker.handler("spawn")(spawn)
+            asyncio.run(worker.arun())
+        nodes = [n.id for n in client.tree(root.pk).nodes]
+    tree = {t.depth or 0: t for t in Todo.objects.filter(pk=root.pk) | Todo.objects.filter(root_id=root.pk)}
+    assert sorted(tree) == [0, 1, 2] and {t.state for t in tree.values()} == {TodoState.DONE}
+    assert tree[1].parent_id == root.pk and tree[2].parent_id == tree[1].pk and tree[2].root_id == root.pk
+    assert nodes == [root.pk, tree[1].pk, tree[2].pk]

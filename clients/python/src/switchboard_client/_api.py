@@ -26,6 +26,7 @@ from switchboard_client.models import (
     Resolved,
     Schedule,
     Todo,
+    TreePage,
     WaitingTodo,
 )
 
@@ -106,6 +107,15 @@ def _given(**values: Any) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in values.items() if v is not None}
 
 
+def _parent(parent: Todo | Mapping[str, str] | None) -> dict[str, str] | None:
+    """A parent's receipt: a claimed Todo's id and lease_id, or the mapping as given."""
+    if parent is None:
+        return None
+    if isinstance(parent, Todo):
+        return {"id": parent.id, "lease_id": str(parent.lease_id)}
+    return {"id": parent["id"], "lease_id": parent["lease_id"]}
+
+
 def _cursor(url: str | None) -> str | None:
     if not url:
         return None
@@ -145,7 +155,11 @@ def create(
     depends_on: Iterable[Todo | str] | None = None,
     on_dependency_failure: str | None = None,
     fair_key: str | None = None,
+    parent: Todo | Mapping[str, str] | None = None,
+    spawn_caps: Mapping[str, int] | None = None,
 ) -> Call[CreatedTodo]:
+    """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child.
+    ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -162,16 +176,21 @@ def create(
         depends_on=[_id(t) for t in depends_on] if depends_on is not None else None,
         on_dependency_failure=on_dependency_failure,
         fair_key=fair_key,
+        parent=_parent(parent),
+        spawn_caps=dict(spawn_caps) if spawn_caps is not None else None,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
 
 
 @operation("todos_create_many")
-def create_many(todos: Iterable[Mapping[str, Any]]) -> Call[list[CreateOutcome]]:
+def create_many(
+    todos: Iterable[Mapping[str, Any]], *, parent: Todo | Mapping[str, str] | None = None
+) -> Call[list[CreateOutcome]]:
     """Up to 1,000 creates in one transaction, each a mapping of ``create``'s arguments (``queue`` and the
     keywords) plus ``depends_on`` (todo ids) or ``depends_on_index`` (earlier items of this batch), and
-    ``on_dependency_failure``. All or nothing: an invalid item raises Invalid naming ``todos.<i>.<field>``."""
+    ``on_dependency_failure``. All or nothing: an invalid item raises Invalid naming ``todos.<i>.<field>``.
+    ``parent``: as create's, for every item."""
     items = [_given(**item) for item in todos]
     # Resent after a 503 (the transaction rolled back) only when every item has an idempotency key.
     keyed = all(item.get("idempotency_key") for item in items)
@@ -180,7 +199,7 @@ def create_many(todos: Iterable[Mapping[str, Any]]) -> Call[list[CreateOutcome]]
         "POST",
         "todos/batch/",
         lambda data: [CreateOutcome.from_json(o) for o in data["outcomes"]],
-        {"todos": items},
+        {"todos": items, **_given(parent=_parent(parent))},
         retry=Retry.ON_UNAVAILABLE if keyed else Retry.UNSENT_ONLY,
     )
 
@@ -202,15 +221,30 @@ def list_todos(
     assignee: str | None = None,
     dead: bool | None = None,
     fair_key: str | None = None,
+    root: Todo | str | None = None,
     page_size: int | None = None,
     cursor: str | None = None,
 ) -> Call[Page[Todo]]:
+    """``root``: a tree's todos (the root and its descendants)."""
     params = _given(
-        queue=queue, state=state, kind=kind, assignee=assignee, fair_key=fair_key, page_size=page_size, cursor=cursor
+        queue=queue,
+        state=state,
+        kind=kind,
+        assignee=assignee,
+        fair_key=fair_key,
+        root=_id(root) if root is not None else None,
+        page_size=page_size,
+        cursor=cursor,
     )
     if dead is not None:
         params["dead"] = "true" if dead else "false"
     return Call("todos_list", "GET", "todos/", _page(Todo.from_json), params=params)
+
+
+@operation("todos_tree")
+def tree(todo: Todo | str, *, cursor: str | None = None) -> Call[TreePage]:
+    """A page of the todo's tree: itself, then its descendants by depth (``cursor``: a page's next_cursor)."""
+    return Call("todos_tree", "GET", f"todos/{_q(_id(todo))}/tree/", TreePage.from_json, params=_given(cursor=cursor))
 
 
 @operation("todos_partial_update")
@@ -430,10 +464,13 @@ def set_limits(
     fair: bool | _Unset = UNSET,
     fair_weights: Mapping[str, float] | _Unset | None = UNSET,
     max_claimed_per_key: int | _Unset | None = UNSET,
+    max_depth: int | _Unset | None = UNSET,
+    max_children: int | _Unset | None = UNSET,
+    max_descendants: int | _Unset | None = UNSET,
 ) -> Call[QueueControls]:
     """Only the settings given change; None removes a limit. ``fair``: claims take the todos' fair_keys
     in weighted round robin (``fair_weights``: key -> weight, default 1; ``max_claimed_per_key``: live
-    leases per key)."""
+    leases per key). ``max_depth``, ``max_children``, ``max_descendants``: spawn caps of its trees."""
     limits = {
         "max_claimed": max_claimed,
         "rate_per_second": rate_per_second,
@@ -441,6 +478,9 @@ def set_limits(
         "fair": fair,
         "fair_weights": dict(fair_weights) if isinstance(fair_weights, Mapping) else fair_weights,
         "max_claimed_per_key": max_claimed_per_key,
+        "max_depth": max_depth,
+        "max_children": max_children,
+        "max_descendants": max_descendants,
     }
     body = {k: v for k, v in limits.items() if v is not UNSET}
     return Call("queues_limit", "PATCH", f"queues/{_queue_path(name)}/", QueueControls.from_json, body)

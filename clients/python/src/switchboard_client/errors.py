@@ -74,6 +74,18 @@ class Conflict(SwitchboardError):
         return bool(self.body.get("dead_letter"))
 
 
+class SpawnLimit(Conflict):
+    """409 ``spawn_limit``: a create under a parent would pass one of its tree's spawn caps; ``limit`` names
+    it (max_depth, max_children, max_descendants) and ``value`` is the cap. Nothing was created."""
+
+    code = "spawn_limit"
+
+    @property
+    def limit(self) -> str | None:
+        limit = self.body.get("limit")
+        return str(limit) if limit is not None else None
+
+
 class TooLarge(SwitchboardError):
     """413: a payload or result over the server's MAX_PAYLOAD_BYTES."""
 
@@ -129,6 +141,7 @@ BY_CODE: dict[str, type[SwitchboardError]] = {
         Forbidden,
         NotFound,
         Conflict,
+        SpawnLimit,
         TooLarge,
         MethodNotAllowed,
         Unavailable,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Generic, Self, TypeVar
@@ -94,6 +95,11 @@ class Todo(Model):
     waiting_for: JSON
     #: How its last wait ended: {by, at, data | event | todos | timed_out}.
     resolution: JSON
+    #: Its tree (agent trees): the todo whose lease's holder created it (None for a root), the root (its own
+    #: id for a root) and how far below the root it is.
+    parent_id: str | None = None
+    root_id: str | None = None
+    depth: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Self:
@@ -200,6 +206,11 @@ class QueueControls(Model):
     fair: bool
     fair_weights: dict[str, float]
     max_claimed_per_key: int | None
+    #: Spawn caps of the trees rooted in this queue: levels below a root, unfinished children of a parent,
+    #: todos ever created in one tree (None: no cap).
+    max_depth: int | None = None
+    max_children: int | None = None
+    max_descendants: int | None = None
 
 
 @dataclass(frozen=True)
@@ -301,6 +312,42 @@ class BatchOutcome(Model):
 
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TreeNode(Model):
+    """One todo of a tree, as GET /todos/<id>/tree/ shows it."""
+
+    schema: ClassVar[str] = "TreeNode"
+    id: str
+    parent_id: str | None
+    depth: int
+    state: str
+    dead_letter: bool
+    queue: str
+    kind: str
+    title: str
+
+
+@dataclass(frozen=True)
+class TreePage(Model):
+    """A page of a todo's tree (the todo first, then by depth and id); ``next_cursor`` None on the last."""
+
+    schema: ClassVar[str] = "TreePage"
+    nodes: list[TreeNode]
+    next: str | None
+    #: The subtree of a todo below its root is walked up to a bound; past it, nodes are missing.
+    truncated: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSON]) -> Self:
+        page = super().from_json(data)
+        return dataclasses.replace(page, nodes=[TreeNode.from_json(n) for n in data.get("nodes") or []])
+
+    @property
+    def next_cursor(self) -> str | None:
+        values = urllib.parse.parse_qs(urllib.parse.urlsplit(self.next).query).get("cursor") if self.next else None
+        return values[0] if values else None
 
 
 @dataclass(frozen=True)

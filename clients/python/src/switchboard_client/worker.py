@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from switchboard_client.client import AsyncClient, Client
 from switchboard_client.errors import Conflict, Forbidden, Invalid, NotFound, SwitchboardError, Unauthorized
-from switchboard_client.models import JSON, Todo, WaitingTodo
+from switchboard_client.models import JSON, CreatedTodo, Todo, WaitingTodo
 
 log = logging.getLogger("switchboard_client.worker")
 
@@ -108,6 +108,9 @@ class Context:
     _progress: dict[str, JSON] | None = field(default=None, repr=False)
     _checkpoint: JSON = field(default=None, repr=False)
     _has_checkpoint: bool = field(default=False, repr=False)
+    #: Set by the worker: its own client (for create) and the async one it claims with (for acreate).
+    _client: Client | None = field(default=None, repr=False)
+    _api: AsyncClient | None = field(default=None, repr=False)
 
     @property
     def lease_lost(self) -> bool:
@@ -137,6 +140,19 @@ class Context:
             self._checkpoint, self._has_checkpoint = state, True
         if now:
             self._wake()
+
+    def create(self, queue: str, **fields: Any) -> CreatedTodo:
+        """Create a child of this todo (agent trees): ``create``'s arguments, under this lease's receipt.
+        From a sync handler; an async one awaits ``acreate``."""
+        if self._client is None:
+            raise RuntimeError("ctx.create needs the worker's Client; an async handler awaits ctx.acreate")
+        return self._client.create(queue, parent=self.todo, **fields)
+
+    async def acreate(self, queue: str, **fields: Any) -> CreatedTodo:
+        """``create`` for an async handler."""
+        if self._api is None:
+            raise RuntimeError("ctx.acreate runs inside a worker's handler")
+        return await self._api.create(queue, parent=self.todo, **fields)
 
     def _take(self) -> dict[str, JSON]:
         """What the next heartbeat carries; it is forgotten once taken (sent, or given back on error)."""
@@ -400,7 +416,7 @@ class Worker:
                         await self._give_back(api, todo)
                     break
                 for todo in todos:
-                    ctx = Context(todo)
+                    ctx = Context(todo, _client=self.client if isinstance(self.client, Client) else None, _api=api)
                     task = asyncio.create_task(self._work(api, threads, completions, ctx))
                     running[task] = ctx
                     task.add_done_callback(functools.partial(_finished, running, slot_freed))
