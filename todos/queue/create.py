@@ -16,16 +16,15 @@ from psycopg.types.json import Jsonb
 from todos import sql, tracing
 from todos.errors import (
     InvalidTransitionInput,
-    ParentNotHeld,
     QueueError,
-    SpawnLimitReached,
     TodoConflict,
     TodoNotFound,
 )
-from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT, MAX_TREE_DEPTH
-from todos.metrics import SPAWN_REFUSED, TRANSITIONS, counted
+from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
+from todos.metrics import TRANSITIONS, counted
 from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
 from todos.queue._common import JSON, priority_problem
+from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
 from todos.rows import fetch_todos, fetchall
 
@@ -291,7 +290,7 @@ def _create_many(
             root_id = None
             if parent is not None:
                 assert agent is not None
-                root_id, lineage = _spawn(parent, agent, len(items))
+                root_id, lineage = spawn(parent, agent, len(items))
                 for row in rows:
                     row.update(lineage)
             if new_queues:
@@ -302,35 +301,6 @@ def _create_many(
             if any(wanted):
                 outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
             return outcomes
-
-
-def _spawn(parent: Mapping[str, str], agent: Agent, children: int) -> tuple[str, dict[str, Any]]:
-    """In the create's transaction, before its insert: lock the parent if the agent holds its receipt
-    (LOCK_PARENT), then decide the tree's spawn caps for ``children`` more and count them on the root
-    (SPAWN_CAPS). -> the root's id, and the lineage every new row takes."""
-    held = fetchall(
-        sql.LOCK_PARENT,
-        {"id": parent["id"], "lease_id": parent["lease_id"], "agent": agent.name, "visible": visible_patterns(agent)},
-    )
-    if not held:
-        raise ParentNotHeld(
-            f"You do not hold the current lease of todo {parent['id']}: a parent must be a todo you hold, named "
-            "with its lease_id."
-        )
-    parent_id, root_id, depth = held[0]
-    if depth > MAX_TREE_DEPTH:
-        _refuse("max_depth", MAX_TREE_DEPTH)
-    verdict = fetchall(sql.SPAWN_CAPS, {"root": root_id, "parent": parent_id, "depth": depth, "n": children})
-    # No row: the root is gone (retention purged it, finished, while its tree lived on): no caps to apply.
-    if verdict and (refused := verdict[0][0]) is not None:
-        caps = dict(zip(("max_depth", "max_children", "max_descendants"), verdict[0][1:], strict=True))
-        _refuse(refused, caps[refused])
-    return root_id, {"parent_id": parent_id, "root_id": root_id, "depth": depth}
-
-
-def _refuse(limit: str, value: int) -> None:
-    SPAWN_REFUSED.labels(limit=limit).inc()
-    raise SpawnLimitReached(f"The tree's {limit} is {value}: nothing was created.", limit=limit, value=value)
 
 
 def _insert(reading: _Reading[_T], rows: list[dict[str, Any]]) -> list[tuple[_T, bool]]:
