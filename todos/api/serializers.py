@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from todos import limits
+from todos import limits, states
 from todos.api.fields import (
     BoundedJSONField,
     CheckpointField,
@@ -24,6 +24,7 @@ from todos.api.fields import (
     _lease_id_field,
     _worker_field,
 )
+from todos.errors import InvalidTransitionInput
 from todos.limits import (
     DEPENDENCY_RESULTS_MAX_BYTES,
     LONG_POLL_MAX_SECONDS,
@@ -40,6 +41,7 @@ from todos.limits import (
     MAX_QUEUE_LIMIT,
     MAX_RETRY_IN_SECONDS,
     MAX_TREE_DEPTH,
+    MAX_USAGE_COUNTERS,
     WAIT_TIMEOUT_MAX_SECONDS,
 )
 from todos.models import (
@@ -52,6 +54,7 @@ from todos.models import (
 )
 from todos.queue import TodoRef
 from todos.selectors import dependencies_of
+from todos.usage import budget_exhausted, counters
 
 # --- output -----------------------------------------------------------------------------------
 
@@ -85,6 +88,30 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     )
     root_id = serializers.CharField(source="tree_root_id", read_only=True, help_text="Its tree's root: its own id.")
     depth = serializers.IntegerField(source="tree_depth", read_only=True, help_text="Below its root: 0 for a root.")
+    children = serializers.CharField(
+        source="children_policy",
+        read_only=True,
+        help_text="`cancel`: its finish cancels what is left under it; `keep` (default): not.",
+    )
+    usage = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="The counters its workers reported {tokens_in, cost_usd, ...}."
+    )
+    tree_usage = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="A root's: the whole tree's usage summed (its own included)."
+    )
+    budget = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="A root's budget {counter: limit}; null: none."
+    )
+    blocked = serializers.SerializerMethodField(
+        help_text="`budget`: unfinished, and its tree has spent its budget: claims skip it until an operator "
+        "raises the budget. null: not blocked.",
+    )
+    late_result = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text="A cancelled todo's tombstone: the result {result, at, owner} its worker sent after the cancel "
+        "revoked its lease (kept, not applied).",
+    )
     resolution = serializers.JSONField(
         read_only=True,
         allow_null=True,
@@ -132,6 +159,12 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id",
             "root_id",
             "depth",
+            "children",
+            "usage",
+            "tree_usage",
+            "budget",
+            "blocked",
+            "late_result",
         ]
         read_only_fields = fields
 
@@ -187,7 +220,25 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id": todo.parent_id,
             "root_id": todo.root_id or todo.id,
             "depth": todo.depth or 0,
+            "children": todo.children_policy,
+            "usage": todo.usage,
+            "tree_usage": todo.tree_usage,
+            "budget": todo.budget,
+            "blocked": self.get_blocked(todo),
+            "late_result": todo.late_result,
         }
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_blocked(self, todo: Todo) -> str | None:
+        # A plain todo (no tree, no budget) reads nothing; a child reads its root's flag, once per render.
+        if todo.budget_exhausted is None and todo.root_id is None:
+            return None
+        if states.FINISHED.holds(todo):
+            return None
+        exhausted = getattr(todo, "tree_budget_exhausted", None)
+        if exhausted is None:
+            exhausted = budget_exhausted(todo)
+        return "budget" if exhausted else None
 
 
 class CreatedTodoSerializer(TodoSerializer):
@@ -325,6 +376,27 @@ class SpawnCapsInput(StrictInput):
     max_descendants = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
 
 
+class CountersField(serializers.JSONField):
+    """Named counters {name: number} (issue 30: usage, budget), checked by the queue's one rule
+    (todos/queue/trees.py, counters): bounded names and count, non-negative numbers (above 0 for a budget)."""
+
+    def __init__(self, *, positive: bool = False, **kwargs: Any) -> None:
+        self.positive = positive
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return counters(data, self.field_name or "usage", positive=self.positive)
+        except InvalidTransitionInput as exc:
+            raise serializers.ValidationError(exc.detail) from None
+
+
+_USAGE_HELP = (
+    "What this attempt used since its last report, as named counters {tokens_in, tokens_out, cost_usd, ...} "
+    f"(at most {MAX_USAGE_COUNTERS}, each a number 0 or more): added to the todo's usage and its tree's."
+)
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -389,6 +461,21 @@ class TodoCreateInput(StrictInput):
         default=None,
         help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
         "(the smaller holds). Not with parent.",
+    )
+    children = serializers.ChoiceField(
+        choices=[("keep", "keep"), ("cancel", "cancel")],
+        required=False,
+        default="keep",
+        help_text="When this todo finishes (done, dead-letter, cancelled): `cancel` what is left under it, in "
+        "the same transaction, or `keep` it (default).",
+    )
+    budget = CountersField(
+        positive=True,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A root's budget {cost_usd: 5, ...}: once its tree's usage reaches a counter's limit, claims "
+        "skip the tree's todos (blocked: budget) until an operator raises it. Not with parent.",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -526,11 +613,19 @@ class HeartbeatInput(StrictInput):
         help_text=f"A JSON object (at most {MAX_CHECKPOINT_BYTES // 1024} KB) handed to the next claimer if this "
         "attempt ends.",
     )
+    usage = CountersField(required=False, allow_null=True, default=None, help_text=_USAGE_HELP)
 
 
 class CompleteInput(StrictInput):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
+    usage = CountersField(required=False, allow_null=True, default=None, help_text=_USAGE_HELP)
+
+
+class BudgetInput(StrictInput):
+    budget = CountersField(
+        positive=True, help_text="The root's new budget {counter: limit, ...}, replacing its old one."
+    )
 
 
 class FailInput(StrictInput):
@@ -627,6 +722,12 @@ class BatchCompleteInput(StrictInput):
 class CancelInput(StrictInput):
     reason = serializers.CharField(
         max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
+    )
+    cascade = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Cancel its unfinished descendants too (those in your scopes), in the same transaction; each "
+        "records `ancestor <id> cancelled by <you>`. A huge tree is finished by the reaper.",
     )
 
 

@@ -24,6 +24,7 @@ urlpatterns = [
     path("todos/<str:todo_id>/retry/", views.TodoRetryApi.as_view(), name="todo-retry"),
     path("todos/<str:todo_id>/run-now/", views.TodoRunNowApi.as_view(), name="todo-run-now"),
     path("todos/<str:todo_id>/tree/", views.TodoTreeApi.as_view(), name="todo-tree"),
+    path("todos/<str:todo_id>/budget/", views.TodoBudgetApi.as_view(), name="todo-budget"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
     path("schedules/", views.ScheduleListApi.as_view(), name="schedule-list"),
     path("todos/<str:todo_id>/cancel/", views.TodoCancelApi.as_view(), name="todo-cancel"),

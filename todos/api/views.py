@@ -33,6 +33,7 @@ from todos.api.serializers import (
     BatchCompleteResultSerializer,
     BatchCreateInput,
     BatchCreateResultSerializer,
+    BudgetInput,
     CancelInput,
     ClaimedSerializer,
     ClaimNextInput,
@@ -437,7 +438,9 @@ class TodoHeartbeatApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(HeartbeatInput, request.data)
-        return _render(queue.heartbeat(_todo_id(todo_id), agent=auth.working_agent(request), **data))
+        todo = queue.heartbeat(_todo_id(todo_id), agent=auth.working_agent(request), **data)
+        # Issue 30: its tree has spent its budget, so the worker should stop (the lease is still extended).
+        return Response({**TodoSerializer(todo).data, "budget_exhausted": todo.tree_budget_exhausted})  # type: ignore[attr-defined]
 
 
 class TodoCompleteApi(APIView):
@@ -642,7 +645,34 @@ class TodoCancelApi(APIView):
     def post(self, request: Request, todo_id: str) -> Response:
         agent = _operating_agent(request, _todo_id(todo_id))
         data = _valid(CancelInput, request.data)
-        return _render(queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data))
+        todo = queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data)
+        if not data["cascade"]:
+            return _render(todo)
+        return Response({**TodoSerializer(todo).data, "cascaded": todo.cascaded})  # type: ignore[attr-defined]
+
+
+class TodoBudgetApi(APIView):
+    @extend_schema(
+        operation_id="todos_budget",
+        summary="Set a tree's budget (operator)",
+        description="A root's budget {counter: limit, ...}, replacing its old one; raising it past the tree's "
+        "usage unblocks the tree at once. Staff, or an agent made with --can-manage whose scopes cover the "
+        "root's queue; 404 outside your scopes, 409 for a todo that is not a root.",
+        request=BudgetInput,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), []),
+    )
+    def patch(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        todo_id = _todo_id(todo_id)
+        if not agent.can_manage_queues:
+            detail = (
+                "This needs the todos.change_queue permission, as in the admin."
+                if auth.is_staff_session(agent)
+                else "This agent may not set budgets (create_agent --can-manage)."
+            )
+            raise _refused(agent, todo_id, detail)
+        data = _valid(BudgetInput, request.data)
+        return _render(queue.set_budget(todo_id, budget=data["budget"], agent=agent))
 
 
 def _managed_queue(request: Request, name: str) -> Agent:

@@ -12,4 +12,19 @@ from todos.sql import functions
 class Migration(migrations.Migration):
     dependencies = [("todos", "0021_register_queues_per_statement")]
 
-    operations = [functions.load(*functions.names())]
+    # The functions there were then, by name: a function added later is loaded by its own migration, after
+    # the columns it reads (a trigger's WHEN is checked when it is created).
+    operations = [
+        functions.load(
+            "todos_fair_key_pending",
+            "todos_fair_live_leases",
+            "todos_fair_lock_key",
+            "todos_fair_walk",
+            "todos_live_leases",
+            "todos_pending_fair_key",
+            "todos_register_fair_key",
+            "todos_register_inserted_queues",
+            "todos_register_queue",
+            "todos_settle_dependents",
+        )
+    ]

@@ -26,7 +26,9 @@ from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_to
 from todos.queue._common import JSON, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
+from todos.queue.trees import CHILDREN_POLICIES
 from todos.rows import fetch_todos, fetchall
+from todos.usage import counters
 
 CREATE_FIELDS = (
     "queue",
@@ -47,6 +49,8 @@ CREATE_FIELDS = (
     "depends_on_index",
     "on_dependency_failure",
     "spawn_caps",
+    "children",
+    "budget",
 )
 
 
@@ -72,6 +76,8 @@ def create(
     on_dependency_failure: str = OnDependencyFailure.CANCEL,
     parent: Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
+    children: str = "keep",
+    budget: Mapping[str, float] | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -85,6 +91,9 @@ def create(
     (parent_id, root_id, depth), within its tree's spawn caps (ParentNotHeld, SpawnLimitReached).
     ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
     than its queue's (the smaller of the two holds); not with ``parent``.
+    ``children``: "cancel" makes its finish cancel what is left under it (todos/queue/trees.py); "keep" not.
+    ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree; not with
+    ``parent``.
     """
     item = {
         "queue": queue,
@@ -104,6 +113,8 @@ def create(
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
         "spawn_caps": spawn_caps,
+        "children": children,
+        "budget": budget,
     }
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
 
@@ -208,6 +219,9 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
             "spawn_caps",
             index,
         )
+    if item.get("children", "keep") not in CHILDREN_POLICIES:
+        raise _invalid("children must be 'keep' or 'cancel'.", "children", index)
+    counters(item.get("budget"), "budget", positive=True, index=index)
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -239,11 +253,13 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
         row["waiting_for"] = {"todos": wanted}
     if target:
         row["has_dependents"] = True
+    if item.get("children") == "cancel":  # "keep" is NULL: a plain create writes nothing more
+        row["children"] = "cancel"
     return row
 
 
 _DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
-_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps", "budget")
 _SPAWN_CAPS = frozenset(("max_depth", "max_children", "max_descendants"))
 
 
@@ -268,6 +284,8 @@ def _create_many(
         raise InvalidTransitionInput("Only an agent holding the parent's lease may name a parent.", field="parent")
     if parent is not None and any(item.get("spawn_caps") is not None for item in items):
         raise InvalidTransitionInput("spawn_caps are a root's: a child takes its tree's.", field="spawn_caps")
+    if parent is not None and any(item.get("budget") is not None for item in items):
+        raise InvalidTransitionInput("A budget is a root's: a child spends its tree's.", field="budget")
     if len(items) > MAX_CREATE_BATCH:
         raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
     allowed: dict[str, bool] = {}

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from todos import sql, states
 from todos.metrics import LEASE_LAPSES, TRANSITIONS
+from todos.queue.trees import resume_cascades
 from todos.rows import fetchall
 
 
@@ -27,11 +28,17 @@ class ReapResult:
     retries_promoted: int = 0
     scheduled_promoted: int = 0
     waits_timed_out: int = 0
+    cascaded: int = 0
 
     @property
     def total(self) -> int:
         return (
-            self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted + self.waits_timed_out
+            self.requeued
+            + self.dead_lettered
+            + self.retries_promoted
+            + self.scheduled_promoted
+            + self.waits_timed_out
+            + self.cascaded
         )
 
 
@@ -73,7 +80,8 @@ def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
 
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, then waits past
-    their timeout, batch after batch until none are left (or ``should_stop()`` says so between batches)."""
+    their timeout, batch after batch until none are left (or ``should_stop()`` says so between batches), then
+    one step of each cascading cancel left over (issue 30: CASCADE_BATCH descendants each)."""
     requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
@@ -84,12 +92,14 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
     scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
     timed_out = _in_batches(lambda: time_out_waits(batch=batch), batch, should_stop)
+    cascaded = 0 if should_stop and should_stop() else resume_cascades()
     return ReapResult(
         requeued=requeued,
         dead_lettered=dead,
         retries_promoted=promoted,
         scheduled_promoted=scheduled,
         waits_timed_out=timed_out,
+        cascaded=cascaded,
     )
 
 

@@ -4,6 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
+from todos.sql.trees import ROLLED_UP, USAGE_SET
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -16,7 +17,8 @@ from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finis
 _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
     WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
 # Progress and checkpoint (NULL: not sent, keep the last) are written only under the receipt, so a
-# stale worker can never overwrite the current attempt's.
+# stale worker can never overwrite the current attempt's. So is usage (issue 30, todos/sql/trees.py): added to
+# the todo's and rolled up to its root's in this statement.
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
     SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
@@ -28,24 +30,28 @@ may_revive AS MATERIALIZED (
         AND (max_claimed_per_key IS NULL OR EXISTS (SELECT FROM todos_fair_lock_key(
             name, (SELECT fair_key FROM todos_todo WHERE id = %(id)s), max_claimed_per_key, true))) AS ok
     FROM revival
-)
+),
+changed AS (
 UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     progress = COALESCE(%(progress)s::jsonb, progress),
-    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
+    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),{USAGE_SET},
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
     OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))
 RETURNING {_TODO_COLUMNS}
+),
+{ROLLED_UP.rstrip().removesuffix(",")}
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM rolled) r
 """
 
 # The states a receipt's holder may finish from: all but done. A todo the reaper requeued (pending) or
 # dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
-# complete: -> done.
+# complete: -> done, adding the usage reported (NULL: none) to the todo's and its root's (ROLLED_UP).
 COMPLETE = _finishing(
     f"""
 UPDATE todos_todo SET
@@ -55,10 +61,11 @@ UPDATE todos_todo SET
     updated_at = now(),
     lease_id = NULL,
     lease_expires_at = NULL,
-    next_retry_at = NULL
+    next_retry_at = NULL,{USAGE_SET}
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """,
+    after=ROLLED_UP,
 )
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.

@@ -1,0 +1,54 @@
+"""Named counters (issue 30: a worker's usage, a tree's budget) and whether a tree has spent its budget: the one
+rule the API's fields and the queue's doors check them by (todos/queue/trees.py writes them)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from todos import sql
+from todos.errors import InvalidTransitionInput
+from todos.limits import MAX_USAGE_COUNTERS, MAX_USAGE_NAME_CHARS, MAX_USAGE_VALUE
+from todos.models import Todo
+from todos.rows import fetchall
+
+_COUNTER_NAME = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_USAGE_NAME_CHARS}}}")
+
+
+def counters(value: Any, field: str, *, positive: bool = False, index: int | None = None) -> dict[str, float] | None:
+    """``value`` as named counters ({name: number}): at most MAX_USAGE_COUNTERS names of letters, digits and
+    _ . -, each a finite number from 0 (above 0 when ``positive``: a budget) to MAX_USAGE_VALUE; None stays
+    None. Else InvalidTransitionInput naming ``field``."""
+    if value is None:
+        return None
+    where = f"todos.{index}.{field}" if index is not None else field
+    least = "above 0" if positive else "0 or more"
+    problem = (
+        f"{field} is an object of at most {MAX_USAGE_COUNTERS} named counters (names of 1-{MAX_USAGE_NAME_CHARS} "
+        f"letters, digits, _ . -), each a number {least}, at most {MAX_USAGE_VALUE:g}."
+    )
+    if not isinstance(value, Mapping) or len(value) > MAX_USAGE_COUNTERS:
+        raise InvalidTransitionInput(problem, field=where)
+    for name, number in value.items():
+        if (
+            not isinstance(name, str)
+            or not _COUNTER_NAME.fullmatch(name)
+            or isinstance(number, bool)
+            or not isinstance(number, int | float)
+            or (isinstance(number, float) and not math.isfinite(number))
+            or number < 0
+            or (positive and number == 0)
+            or number > MAX_USAGE_VALUE
+        ):
+            raise InvalidTransitionInput(problem, field=where)
+    return dict(value)
+
+
+def budget_exhausted(todo: Todo) -> bool:
+    """Whether ``todo``'s tree has spent its budget (its root's flag: a read for a child)."""
+    if todo.root_id is None:
+        return bool(todo.budget_exhausted)
+    rows = fetchall(sql.TREE_BLOCKED, {"root": todo.root_id})
+    return bool(rows and rows[0][0])
