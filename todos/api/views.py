@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
-from todos import auth, budgets, controls, longpoll, queue, results, selectors, states, tracing
+from todos import auth, budgets, controls, explain, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
@@ -328,6 +328,55 @@ class TodoTreeApi(APIView):
             following = replace_query_param(request.build_absolute_uri(), "cursor", _tree_cursor(page.after))
         nodes = [dataclasses.asdict(node) for node in page.nodes]
         return Response({"nodes": nodes, "next": following, "truncated": page.truncated})
+
+
+class ExplainInput(serializers.Serializer[Any]):
+    queues = serializers.CharField(
+        required=False, max_length=2000, help_text="Comma-separated queue names or globs (default: all your scopes)."
+    )
+
+
+_EXPLAIN_ANSWER = inline_serializer(
+    "Explanation",
+    {
+        "id": serializers.CharField(),
+        "claimable": serializers.BooleanField(),
+        "reasons": serializers.ListField(child=serializers.DictField()),
+        "notes": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+class TodoExplainApi(APIView):
+    @extend_schema(
+        operation_id="todos_explain",
+        summary="Why isn't this todo running?",
+        description="Every reason a claim by you would not take this todo now, in order: its state (waiting and "
+        "its dependencies, run_at, a retry's time), its assignee, its queue paused, max_claimed reached, the rate "
+        "bucket empty, its fair key at max_claimed_per_key, its tree's budget spent, and no agent whose claim "
+        "scopes cover its queue (with when a lease of it was last taken). `claimable` is true when there is "
+        "none; `notes` say what may still delay it (a fair queue's turns). 404 for a todo you cannot see.",
+        **docs.documented(_EXPLAIN_ANSWER, (401, 404), []),
+    )
+    def get(self, request: Request, todo_id: str) -> Response:
+        return Response(explain.explain_todo(_todo_id(todo_id), agent=caller_agent(request)))
+
+
+class AgentExplainApi(APIView):
+    @extend_schema(
+        operation_id="agents_me_explain",
+        summary="Why did my claim get nothing?",
+        description="Per queue of your claim scopes (narrowed by `queues`), what stops a claim by you now: "
+        "paused, max_claimed reached, the rate bucket empty, or nothing claimable by you (trees whose budget is "
+        "spent, todos assigned to other agents, todos scheduled later). `outside_scopes`: names you asked for "
+        "that no claim scope of yours covers.",
+        parameters=[OpenApiParameter("queues", str, description="comma-separated names or globs")],
+        **docs.documented(inline_serializer("AgentExplanation", {"queues": serializers.ListField()}), (400, 401), []),
+    )
+    def get(self, request: Request) -> Response:
+        given = _valid(ExplainInput, request.query_params).get("queues")
+        wanted = [q.strip() for q in given.split(",") if q.strip()] if given else None
+        return Response(explain.explain_agent(caller_agent(request), queues=wanted))
 
 
 class TodoRunNowApi(APIView):
