@@ -371,7 +371,19 @@ class AgentExplainApi(APIView):
         "spent, todos assigned to other agents, todos scheduled later). `outside_scopes`: names you asked for "
         "that no claim scope of yours covers.",
         parameters=[OpenApiParameter("queues", str, description="comma-separated names or globs")],
-        **docs.documented(inline_serializer("AgentExplanation", {"queues": serializers.ListField()}), (400, 401), []),
+        **docs.documented(
+            inline_serializer(
+                "AgentExplanation",
+                {
+                    "agent": serializers.CharField(),
+                    "queues": serializers.ListField(child=serializers.DictField()),
+                    "truncated": serializers.BooleanField(),
+                    "outside_scopes": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            (400, 401),
+            [],
+        ),
     )
     def get(self, request: Request) -> Response:
         given = _valid(ExplainInput, request.query_params).get("queues")

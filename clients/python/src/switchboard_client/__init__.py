@@ -20,6 +20,7 @@ from switchboard_client.errors import (
     Unavailable,
 )
 from switchboard_client.models import (
+    AgentExplanation,
     BatchOutcome,
     CreatedTodo,
     CreateOutcome,
@@ -28,6 +29,7 @@ from switchboard_client.models import (
     Event,
     EventSummary,
     EventTodo,
+    Explanation,
     Page,
     QueueControls,
     QueueStats,
@@ -45,6 +47,7 @@ from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, 
 __all__ = [
     "DEFAULT_URL",
     "UNSET",
+    "AgentExplanation",
     "AsyncClient",
     "BatchOutcome",
     "Call",
@@ -58,6 +61,7 @@ __all__ = [
     "Event",
     "EventSummary",
     "EventTodo",
+    "Explanation",
     "Fail",
     "Forbidden",
     "Invalid",

@@ -100,6 +100,16 @@ class Todo(Model):
     parent_id: str | None = None
     root_id: str | None = None
     depth: int = 0
+    #: "cancel": its finish cancels what is left under it; "keep" (default): not.
+    children: str = "keep"
+    #: The counters its workers reported ({tokens_in, cost_usd, ...}); a root's tree_usage sums its tree's.
+    usage: JSON = None
+    tree_usage: JSON = None
+    #: A root's budget ({counter: limit}); blocked is "budget" while its tree has spent it (claims skip it).
+    budget: JSON = None
+    blocked: str | None = None
+    #: A cancelled todo's tombstone: the result its worker sent after the cancel ({result, at, owner}).
+    late_result: JSON = None
 
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Self:
@@ -327,6 +337,30 @@ class TreeNode(Model):
     queue: str
     kind: str
     title: str
+
+
+@dataclass(frozen=True)
+class Explanation(Model):
+    """Why a todo is not claimed now: each reason ({reason, detail, ...}) in order; ``claimable`` when none."""
+
+    schema: ClassVar[str] = "Explanation"
+    id: str
+    claimable: bool
+    reasons: list[dict[str, JSON]]
+    #: What may still delay it though nothing stops it (a fair queue's turns).
+    notes: list[dict[str, JSON]]
+
+
+@dataclass(frozen=True)
+class AgentExplanation(Model):
+    """Why a claim by this agent gets nothing: per queue of its scopes, the reasons."""
+
+    schema: ClassVar[str] = "AgentExplanation"
+    agent: str
+    queues: list[dict[str, JSON]]
+    truncated: bool
+    #: Names asked for that no claim scope covers.
+    outside_scopes: list[str]
 
 
 @dataclass(frozen=True)
