@@ -24,6 +24,7 @@ from todos.limits import (
 )
 from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like, visible_patterns
 from todos.rows import fetchall
+from todos.usage import load_blocked
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,10 @@ def attach_dependencies(todos: list[Any]) -> None:
 def show_awaited(todos: Iterable[Todo]) -> None:
     """A resolution by todos stores their ids; shown (on each todo given, in place) with each one's state
     and result as they are now, read in one query for all. A result over MAX_SHOWN_RESULT_CHARS of JSON
-    reads {"truncated": true}: GET that todo for all of it. A read, never a transition."""
+    reads {"truncated": true}: GET that todo for all of it. A read, never a transition. Also reads the budget
+    flag of each child's root (todos/usage.py, load_blocked), so that rendering them queries nothing."""
+    todos = list(todos)
+    load_blocked(todos)
     resolved: list[tuple[Todo, dict[str, Any]]] = [
         (t, t.resolution)
         for t in todos

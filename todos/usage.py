@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from todos import sql
+from todos import sql, states
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_USAGE_COUNTERS, MAX_USAGE_NAME_CHARS, MAX_USAGE_VALUE
 from todos.models import Todo
@@ -44,6 +44,38 @@ def counters(value: Any, field: str, *, positive: bool = False, index: int | Non
         ):
             raise InvalidTransitionInput(problem, field=where)
     return dict(value)
+
+
+# The states in which a todo shows blocked: "budget": waiting for a claim (a claimed one learns it from its
+# heartbeat; a finished one is past it).
+_BLOCKABLE = states.PENDING | states.SCHEDULED | states.WAITING | states.RETRY_WAITING
+
+
+def blocked(todo: Todo) -> str | None:
+    """What a todo's JSON shows as ``blocked``: "budget" while it waits for a claim in a tree whose budget is
+    spent, else None. A todo outside any tree reads nothing; a child reads its root's flag unless
+    ``load_blocked`` did (a render on the event loop must not query)."""
+    if todo.budget_exhausted is None and todo.root_id is None:
+        return None
+    if not _BLOCKABLE.holds(todo):
+        return None
+    exhausted = getattr(todo, "tree_budget_exhausted", None)
+    if exhausted is None:
+        exhausted = budget_exhausted(todo)
+    return "budget" if exhausted else None
+
+
+def load_blocked(todos: Iterable[Todo]) -> None:
+    """Read, in one query, the root flags ``blocked`` needs for these todos (in place), so that rendering
+    them queries nothing."""
+    children = [t for t in todos if t.root_id is not None and _BLOCKABLE.holds(t)]
+    if not children:
+        return
+    spent = set(
+        Todo.objects.filter(pk__in={t.root_id for t in children}, budget_exhausted=True).values_list("pk", flat=True)
+    )
+    for todo in children:
+        todo.tree_budget_exhausted = todo.root_id in spent  # type: ignore[attr-defined]
 
 
 def budget_exhausted(todo: Todo) -> bool:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from todos import limits, states
+from todos import limits
 from todos.api.fields import (
     BoundedJSONField,
     CheckpointField,
@@ -54,7 +54,7 @@ from todos.models import (
 )
 from todos.queue import TodoRef
 from todos.selectors import dependencies_of
-from todos.usage import budget_exhausted, counters
+from todos.usage import blocked, counters
 
 # --- output -----------------------------------------------------------------------------------
 
@@ -230,15 +230,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_blocked(self, todo: Todo) -> str | None:
-        # A plain todo (no tree, no budget) reads nothing; a child reads its root's flag, once per render.
-        if todo.budget_exhausted is None and todo.root_id is None:
-            return None
-        if states.FINISHED.holds(todo):
-            return None
-        exhausted = getattr(todo, "tree_budget_exhausted", None)
-        if exhausted is None:
-            exhausted = budget_exhausted(todo)
-        return "budget" if exhausted else None
+        return blocked(todo)
 
 
 class CreatedTodoSerializer(TodoSerializer):

@@ -311,7 +311,7 @@ def heartbeat(
     """``progress``: {"percent": 0-100, "message": ...}; ``checkpoint``: a JSON object (at most 64 KB)
     the next claimer gets if this attempt ends; ``usage``: what the attempt used since its last report
     ({tokens_in, cost_usd, ...}), added to the todo's and its tree's. The answer's ``budget_exhausted``
-    (``Todo.blocked == "budget"``) says its tree has spent its budget: stop."""
+    (in ``Todo.extra``) says its tree has spent its budget: stop."""
     todo_id, lease = _receipt(todo, lease_id)
     body = _given(
         lease_id=lease,

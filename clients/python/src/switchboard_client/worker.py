@@ -585,7 +585,7 @@ class Worker:
             report = ctx._take()
             try:
                 beat = await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds, **report)
-                ctx.budget_exhausted = beat.blocked == "budget"
+                ctx.budget_exhausted = bool(beat.extra.get("budget_exhausted"))
             except Conflict as exc:
                 ctx._lose(exc.state or "conflict")
                 return
