@@ -286,7 +286,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "assignee": _STR,
     "idempotency_key": _STR,  # same key and queue: that todo (the name says it)
     "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first."},
-    "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339)."},
+    "run_at": {"type": "string", "format": "date-time"},  # not before: RFC 3339 with an offset
     "delay_seconds": {"type": "number", "minimum": 0},  # not with run_at: a 400 says so
     "fair_key": {"type": "string", "description": "Fair queues: whose share."},
     "traceparent": _STR,  # W3C Trace Context: the name says it
@@ -294,6 +294,8 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "on_dependency_failure": {"enum": ["cancel", "run"]},
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
     "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
+    "children": {},  # "cancel": its finish cancels what is left under it; "keep" (default)
+    "budget": {},  # a root's {counter: limit}, as REST's
 }
 
 TOOLS: dict[str, Tool] = {
