@@ -84,3 +84,13 @@ def budget_exhausted(todo: Todo) -> bool:
         return bool(todo.budget_exhausted)
     rows = fetchall(sql.TREE_BLOCKED, {"root": todo.root_id})
     return bool(rows and rows[0][0])
+
+
+# Unfinished children the dashboard's orphan count walks at most (a count past it reads "at least").
+ORPHANS_WALKED = 100_000
+
+
+def orphans() -> int:
+    """Children whose parent was cancelled or dead-lettered while they are unfinished (the dashboard)."""
+    rows = fetchall(sql.ORPHANS, {"cap": ORPHANS_WALKED})
+    return int(rows[0][0]) if rows else 0

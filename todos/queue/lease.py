@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from todos import sql, states, tracing
 from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
 from todos.limits import MAX_COMPLETE_BATCH
-from todos.metrics import TRANSITIONS, counted
+from todos.metrics import TRANSITIONS, count_usage, counted
 from todos.models import Agent, Todo, TodoState, visible_patterns
 from todos.queue import trees
 from todos.queue._common import JSON, lease_for, miss, one
@@ -57,6 +57,8 @@ def heartbeat(
         checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
         usage=trees.usage_param(usage),
     )
+    if usage:
+        count_usage(todo.queue, agent.name, usage)
     todo.tree_budget_exhausted = budget_exhausted(todo)  # type: ignore[attr-defined]
     return todo
 
@@ -69,7 +71,7 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None, 
     tombstone, and the answer is 409 cancelled."""
     usage_value = trees.usage_param(usage)
     try:
-        return with_receipt(
+        todo = with_receipt(
             sql.COMPLETE,
             "complete",
             todo_id,
@@ -78,6 +80,9 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None, 
             result=Jsonb(result) if result is not None else None,
             usage=usage_value,
         )
+        if usage:
+            count_usage(todo.queue, agent.name, usage)
+        return todo
     except TodoConflict as conflict:
         if conflict.state != TodoState.CANCELLED:
             raise

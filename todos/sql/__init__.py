@@ -62,7 +62,7 @@ from todos.sql.retention import (
     PURGE_DONE,
     PURGE_EVENTS,
 )
-from todos.sql.trees import BUDGET_OPEN, CASCADE, CASCADES_LEFT, LATE_RESULT, SET_BUDGET, TREE_BLOCKED
+from todos.sql.trees import BUDGET_OPEN, CASCADE, CASCADES_LEFT, LATE_RESULT, ORPHANS, SET_BUDGET, TREE_BLOCKED
 from todos.sql.waits import (
     AGENT_LOCK,
     LINK_WAIT,
@@ -108,6 +108,7 @@ __all__ = [
     "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "OPEN_EVENT_WAITS",
+    "ORPHANS",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",

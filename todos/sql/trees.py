@@ -4,6 +4,7 @@ predicate).
 """
 
 from todos import limits
+from todos import states as S
 from todos.sql.common import _TODO_COLUMNS, NOTIFY_CHANNEL
 
 # --- Cascading cancel ------------------------------------------------------------------------------------
@@ -102,11 +103,26 @@ notified AS MATERIALIZED (
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
+# --- Orphans (the dashboard) ------------------------------------------------------------------------------
+
+# Children whose parent finished unsuccessfully (cancelled, a dead-letter) while they are unfinished: what a
+# parent with children: "keep" leaves behind. Walks the unfinished children (todo_children, partial: children
+# only), at most %(cap)s of them (the dashboard says "at least" past it), probing each parent by primary key.
+ORPHANS = f"""
+SELECT count(*) FROM (
+    SELECT c.parent_id FROM todos_todo c
+    WHERE c.parent_id IS NOT NULL AND NOT ({S.FINISHED.sql("c")})
+    LIMIT %(cap)s
+) c JOIN todos_todo p ON p.id = c.parent_id
+WHERE {(S.CANCELLED | S.DEAD_LETTER).sql("p")}
+"""
+
 __all__ = [
     "BUDGET_OPEN",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
+    "ORPHANS",
     "ROLLED_UP",
     "SET_BUDGET",
     "TREE_BLOCKED",

@@ -120,3 +120,18 @@ def test_a_budget_blocks_the_root_itself_when_it_is_claimable_again(agent):
     queue.release(root.id, agent=agent, lease_id=str(root.lease_id))
     assert Todo.objects.get(pk=root.id).state == TodoState.PENDING
     assert queue.claim_next(agent=agent, queues=["jobs"], limit=1) == []
+
+
+def test_usage_is_counted_per_queue_and_per_agent_in_metrics(client, agent):
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = sample("switchboard_usage_total", {"queue": "metered", "counter": "tokens_in"})
+    by_agent = sample("switchboard_agent_usage_total", {"agent": "alice", "counter": "tokens_in"})
+    todo = _held(agent, "metered")
+    queue.heartbeat(todo.id, agent=agent, lease_id=str(todo.lease_id), usage={"tokens_in": 5})
+    queue.complete(todo.id, agent=agent, lease_id=str(todo.lease_id), usage={"tokens_in": 7})
+    assert sample("switchboard_usage_total", {"queue": "metered", "counter": "tokens_in"}) - before == 12
+    assert sample("switchboard_agent_usage_total", {"agent": "alice", "counter": "tokens_in"}) - by_agent == 12

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from todos import queue
 from todos.models import Agent, Todo, TodoState
@@ -186,3 +187,15 @@ def test_the_trigger_bound_is_the_limit():
     from todos.sql import functions
 
     assert f"ARRAY['%'], {limits.CASCADE_BATCH})" in functions.text("todos_children_cancel")
+
+
+def test_the_dashboard_counts_orphans(admin_client, agent):
+    root = _held(agent, max_attempts=1)
+    kept = _child(agent, root)
+    queue.fail(root.id, agent=agent, lease_id=str(root.lease_id), error="boom")
+    other = _held(agent, children="cancel")
+    _child(agent, other)
+    queue.cancel(other.id, operator="ops")  # its child is cancelled with it: no orphan
+    body = admin_client.get(reverse("admin-dashboard-json")).json()
+    assert body["orphans"] == 1
+    assert Todo.objects.get(pk=kept.id).state == TodoState.PENDING
