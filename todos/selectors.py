@@ -161,6 +161,11 @@ class TreePage:
     after: tuple[int, str] | None
     # The subtree of a todo below its root is walked up to MAX_TREE_WALK nodes: past that, some are missing.
     truncated: bool
+    # The whole tree's usage summed on its root (issue 30), its budget and whether it is spent; None when the
+    # root is outside the caller's scopes.
+    tree_usage: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    budget_exhausted: bool = False
 
 
 def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, limit: int = MAX_TREE_PAGE) -> TreePage:
@@ -171,6 +176,13 @@ def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, 
     if not found:
         raise TodoNotFound(f"No todo {todo_id}.")
     is_root = found[0] is None
+    shown = (
+        Todo.objects.visible_to(agent)
+        .filter(pk=found[0] or todo_id)
+        .values("tree_usage", "budget", "budget_exhausted")
+        .first()
+    )
+    root: dict[str, Any] = dict(shown) if shown is not None else {}
     depth, after_id = after if after is not None else (-1, "")
     params = {
         "id": todo_id,
@@ -184,4 +196,11 @@ def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, 
     truncated = bool(rows) and not is_root and bool(rows[0][8])
     nodes = [TreeNode(*row[:8]) for row in rows[:limit]]
     more = len(rows) > limit
-    return TreePage(nodes, (nodes[-1].depth, nodes[-1].id) if more else None, truncated)
+    return TreePage(
+        nodes,
+        (nodes[-1].depth, nodes[-1].id) if more else None,
+        truncated,
+        root.get("tree_usage"),
+        root.get("budget"),
+        bool(root.get("budget_exhausted")),
+    )

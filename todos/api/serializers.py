@@ -543,6 +543,11 @@ class TreePageSerializer(serializers.Serializer[Any]):
     nodes = TreeNodeSerializer(many=True)
     next = serializers.CharField(allow_null=True, help_text="the next page's URL; null on the last")
     truncated = serializers.BooleanField(help_text="a subtree below its root past the walk's bound: nodes missing")
+    tree_usage = serializers.JSONField(
+        allow_null=True, help_text="the whole tree's usage, summed on its root (null: none, or a root you cannot see)"
+    )
+    budget = serializers.JSONField(allow_null=True, help_text="the root's budget {counter: limit}")
+    budget_exhausted = serializers.BooleanField(help_text="a counter reached its budget: claims skip the tree")
 
 
 class TreeInput(serializers.Serializer[Any]):

@@ -327,7 +327,16 @@ class TodoTreeApi(APIView):
         if page.after is not None:
             following = replace_query_param(request.build_absolute_uri(), "cursor", _tree_cursor(page.after))
         nodes = [dataclasses.asdict(node) for node in page.nodes]
-        return Response({"nodes": nodes, "next": following, "truncated": page.truncated})
+        return Response(
+            {
+                "nodes": nodes,
+                "next": following,
+                "truncated": page.truncated,
+                "tree_usage": page.tree_usage,
+                "budget": page.budget,
+                "budget_exhausted": page.budget_exhausted,
+            }
+        )
 
 
 class ExplainInput(serializers.Serializer[Any]):

@@ -135,3 +135,16 @@ def test_usage_is_counted_per_queue_and_per_agent_in_metrics(client, agent):
     queue.complete(todo.id, agent=agent, lease_id=str(todo.lease_id), usage={"tokens_in": 7})
     assert sample("switchboard_usage_total", {"queue": "metered", "counter": "tokens_in"}) - before == 12
     assert sample("switchboard_agent_usage_total", {"agent": "alice", "counter": "tokens_in"}) - by_agent == 12
+
+
+def test_the_tree_endpoint_shows_the_trees_usage_and_budget(api, agent):
+    root = _held(agent, budget={"cost_usd": 2})
+    child = queue.claim(_child(agent, root).id, agent=agent)
+    queue.heartbeat(child.id, agent=agent, lease_id=str(child.lease_id), usage={"cost_usd": 0.5})
+    for todo_id in (root.id, child.id):
+        page = api.get(f"/todos/{todo_id}/tree/").json()
+        assert (page["tree_usage"], page["budget"], page["budget_exhausted"]) == (
+            {"cost_usd": 0.5},
+            {"cost_usd": 2},
+            False,
+        )

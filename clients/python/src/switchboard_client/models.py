@@ -372,6 +372,10 @@ class TreePage(Model):
     next: str | None
     #: The subtree of a todo below its root is walked up to a bound; past it, nodes are missing.
     truncated: bool
+    #: The whole tree's usage summed on its root, its budget, and whether a counter reached it.
+    tree_usage: JSON = None
+    budget: JSON = None
+    budget_exhausted: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Self:
