@@ -199,3 +199,14 @@ def test_the_dashboard_counts_orphans(admin_client, agent):
     body = admin_client.get(reverse("admin-dashboard-json")).json()
     assert body["orphans"] == 1
     assert Todo.objects.get(pk=kept.id).state == TodoState.PENDING
+
+
+def test_a_children_cancel_finish_past_the_bound_is_finished_by_the_reaper(agent):
+    root = _held(agent, children="cancel")
+    _bulk_tree(root, 10_020)
+    queue.complete(root.id, agent=agent, lease_id=str(root.lease_id), result={"ok": True})
+    assert Todo.objects.get(pk=root.id).state == TodoState.DONE
+    assert Todo.objects.filter(root_id=root.id, state=TodoState.PENDING).count() == 20
+    assert Todo.objects.get(pk=root.id).cascade["reason"] == "finished done (children: cancel)"
+    assert queue.reap_once(batch=100).cascaded == 20
+    assert not Todo.objects.filter(root_id=root.id, state=TodoState.PENDING).exists()
