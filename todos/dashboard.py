@@ -166,6 +166,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
             "as_of": as_of,
             "refresh_seconds": 10,
             "orphans": usage.orphans(),
+            "usage": usage.recent_usage(MINUTES),
         },
     )
 
@@ -175,8 +176,10 @@ def dashboard_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {
             "as_of": as_of.isoformat(),
-            # Issue 30: children whose parent was cancelled or dead-lettered while they are unfinished.
+            # Issue 30: children whose parent was cancelled or dead-lettered while they are unfinished, and
+            # the usage of the todos completed in the window, per queue and per agent.
             "orphans": usage.orphans(),
+            "usage_last_hour": usage.recent_usage(MINUTES),
             "queues": [
                 {
                     "name": q.name,

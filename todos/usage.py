@@ -94,3 +94,12 @@ def orphans() -> int:
     """Children whose parent was cancelled or dead-lettered while they are unfinished (the dashboard)."""
     rows = fetchall(sql.ORPHANS, {"cap": ORPHANS_WALKED})
     return int(rows[0][0]) if rows else 0
+
+
+def recent_usage(minutes: int = 60) -> dict[str, dict[str, dict[str, float]]]:
+    """Usage of the todos completed in the last ``minutes``, {"queue": {name: {counter: sum}}, "agent": {...}}
+    (the dashboard)."""
+    answer: dict[str, dict[str, dict[str, float]]] = {"queue": {}, "agent": {}}
+    for kind, name, counter, total in fetchall(sql.RECENT_USAGE, {"minutes": minutes}):
+        answer[kind].setdefault(name, {})[counter] = float(total)
+    return answer

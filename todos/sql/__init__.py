@@ -62,7 +62,16 @@ from todos.sql.retention import (
     PURGE_DONE,
     PURGE_EVENTS,
 )
-from todos.sql.trees import BUDGET_OPEN, CASCADE, CASCADES_LEFT, LATE_RESULT, ORPHANS, SET_BUDGET, TREE_BLOCKED
+from todos.sql.trees import (
+    BUDGET_OPEN,
+    CASCADE,
+    CASCADES_LEFT,
+    LATE_RESULT,
+    ORPHANS,
+    RECENT_USAGE,
+    SET_BUDGET,
+    TREE_BLOCKED,
+)
 from todos.sql.waits import (
     AGENT_LOCK,
     LINK_WAIT,
@@ -120,6 +129,7 @@ __all__ = [
     "PURGE_EVENTS",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
+    "RECENT_USAGE",
     "REFS_BY_ID",
     "RELEASE",
     "REPOINT",

@@ -117,12 +117,28 @@ SELECT count(*) FROM (
 WHERE {(S.CANCELLED | S.DEAD_LETTER).sql("p")}
 """
 
+# Usage of the todos completed in the last %(minutes)s minutes, per queue and per agent (its last claimer),
+# counter by counter (the dashboard). The done rows of the window come from todo_done_recent (completed_at,
+# partial: done), as the dashboard's completions per minute do; a todo without usage costs a null test.
+RECENT_USAGE = f"""
+WITH recent AS MATERIALIZED (
+    SELECT t.queue, split_part(t.owner, '/', 1) AS agent, t.usage FROM todos_todo t
+    WHERE {S.DONE.sql("t")} AND t.completed_at >= now() - make_interval(mins => %(minutes)s)
+      AND t.usage IS NOT NULL
+)
+SELECT 'queue', r.queue, e.key, sum(e.value::numeric) FROM recent r, jsonb_each_text(r.usage) e GROUP BY 2, 3
+UNION ALL
+SELECT 'agent', r.agent, e.key, sum(e.value::numeric) FROM recent r, jsonb_each_text(r.usage) e GROUP BY 2, 3
+ORDER BY 1, 2, 3
+"""
+
 __all__ = [
     "BUDGET_OPEN",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
     "ORPHANS",
+    "RECENT_USAGE",
     "ROLLED_UP",
     "SET_BUDGET",
     "TREE_BLOCKED",
