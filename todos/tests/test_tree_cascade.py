@@ -210,3 +210,28 @@ def test_a_children_cancel_finish_past_the_bound_is_finished_by_the_reaper(agent
     assert Todo.objects.get(pk=root.id).cascade["reason"] == "finished done (children: cancel)"
     assert queue.reap_once(batch=100).cascaded == 20
     assert not Todo.objects.filter(root_id=root.id, state=TodoState.PENDING).exists()
+
+
+def _admin_action(admin_client: Any, action: str, ids: list[str], note: str) -> list[str]:
+    from django.urls import reverse as url
+
+    data = {"action": action, "_selected_action": ids, "index": 0, "select_across": 0, "confirm": "1", "note": note}
+    response = admin_client.post(url("admin:todos_todo_changelist"), data, follow=True)
+    return [str(m) for m in response.context["messages"]]
+
+
+def test_the_admins_cascade_and_budget_actions(admin_client, agent):
+    root = _held(agent, budget={"cost_usd": 1})
+    child = _child(agent, root)
+    queue.heartbeat(root.id, agent=agent, lease_id=str(root.lease_id), usage={"cost_usd": 1})
+    assert Todo.objects.get(pk=root.id).budget_exhausted is True
+    messages = _admin_action(admin_client, "set_budget", [root.id, child.id], '{"cost_usd": 3}')
+    assert messages[0].startswith("1 given the new budget")
+    assert Todo.objects.get(pk=root.id).budget_exhausted is False
+    assert any("is not JSON" in m for m in _admin_action(admin_client, "set_budget", [root.id], "not json"))
+    messages = _admin_action(admin_client, "cancel_tree", [root.id], "abandoned")
+    assert messages == ["1 cancelled with their unfinished descendants."]
+    reason = Todo.objects.get(pk=child.id).errors[-1]["reason"]
+    assert reason == f"ancestor {root.id} cancelled by admin"
+    page = admin_client.get(f"/admin/todos/todo/{root.id}/change/").content.decode()
+    assert "usage and budget" in page.lower() and "cost_usd" in page
