@@ -58,8 +58,9 @@ BUDGET_OPEN = """(t.budget_exhausted IS NOT TRUE
 # Part of the SET list of a receipt holder's heartbeat or complete (todos/sql/lease.py), no alias: adds
 # %(usage)s (NULL: none reported) to the todo's usage and, for a root, to its tree_usage, deciding
 # budget_exhausted on the sum. SET reads the row's latest version (under its lock), so concurrent reports add up.
+# Without usage (most reports) every column keeps its value and no function runs.
 USAGE_SET = f"""
-    usage = {_ADD.format("usage")},
+    usage = CASE WHEN %(usage)s::jsonb IS NULL THEN usage ELSE {_ADD.format("usage")} END,
     tree_usage = CASE WHEN root_id IS NULL AND %(usage)s::jsonb IS NOT NULL THEN {_ADD.format("tree_usage")}
         ELSE tree_usage END,
     budget_exhausted = CASE WHEN root_id IS NULL AND budget IS NOT NULL AND %(usage)s::jsonb IS NOT NULL
