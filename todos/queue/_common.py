@@ -64,7 +64,7 @@ def miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = 
         row = cursor.fetchone()
     if row is None:
         return TodoNotFound(f"No todo {todo_id}.")
-    state, dead, current_lease, owner_agent, paused, limited = row
+    state, dead, current_lease, owner_agent, paused, limited, budget_spent = row
     if state == TodoState.CANCELLED:
         # A cancel revoked the lease: the worker learns here that it should stop.
         return TodoConflict(f"Cannot {action} {todo_id}: it was cancelled.", state=state, dead_letter=False)
@@ -75,6 +75,13 @@ def miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = 
     if closed_queue:
         why = _CLOSED_QUEUE[action, bool(paused)]
         return TodoConflict(why.detail.format(id=todo_id), state=state, dead_letter=dead, reason=why.reason)
+    if action == "claim" and budget_spent:
+        return TodoConflict(
+            f"Cannot claim {todo_id} now: its tree has spent its budget (an operator raises it).",
+            state=state,
+            dead_letter=dead,
+            reason="budget_exhausted",
+        )
     if lease_id is not None and not holds_receipt:
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "

@@ -4,7 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
-from todos.sql.trees import ROLLED_UP, USAGE_SET
+from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -130,10 +130,11 @@ RETURNING {_TODO_COLUMNS}
 """)
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict (a
-# claim refused by its queue's controls says so).
+# claim refused by its queue's controls, or by its tree's spent budget, says so).
 CURRENT_STATE = f"""
 SELECT t.state, {S.DEAD_LETTER.sql("t")} AS dead_letter, t.lease_id, split_part(t.owner, '/', 1) AS owner_agent,
-    q.paused, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited
+    q.paused, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited,
+    NOT {BUDGET_OPEN} AS budget_spent
 FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
 WHERE t.id = %(id)s AND t.queue LIKE ANY(%(visible)s::text[])
 """

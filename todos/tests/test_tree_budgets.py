@@ -65,7 +65,8 @@ def test_a_spent_budget_blocks_the_trees_claims_until_an_operator_raises_it(api,
     assert [t.id for t in claimed] == [other.id]
     shown = api.get(f"/todos/{waiting.id}/").json()
     assert shown["state"] == "pending" and shown["blocked"] == "budget"
-    assert api.post(f"/todos/{waiting.id}/claim/", {}).status_code == 409
+    refused = api.post(f"/todos/{waiting.id}/claim/", {})
+    assert refused.status_code == 409 and refused.json()["error"]["reason"] == "budget_exhausted"
     # A can-manage agent raises it: the tree is claimable again.
     manager = make_agent("ops", can_manage_queues=True)
     raised = api_for(manager).client.patch(
