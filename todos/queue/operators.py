@@ -103,11 +103,16 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None,
     """CANCEL, then with ``cascade`` the unfinished descendants of what it cancelled, in one transaction
     (up to CASCADE_BATCH of them in it; reap_once finishes a bigger tree). Each todo cancelled carries
     ``cascaded``: how many descendants its cascade cancelled now (0 without one)."""
+    if not cascade:  # one statement, outside a transaction: a deadlock aborting it is run again once
+        cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
+        for todo in cancelled:
+            todo.cascaded = 0  # type: ignore[attr-defined]
+        return cancelled
     with transaction.atomic():
         cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
         for todo in cancelled:
-            todo.cascaded = (  # type: ignore[attr-defined]
-                trees.cascade([todo.id], by=operator, why=f"cancelled by {operator}", agent=agent) if cascade else 0
+            todo.cascaded = trees.cascade(  # type: ignore[attr-defined]
+                [todo.id], by=operator, why=f"cancelled by {operator}", agent=agent
             )
     return cancelled
 
