@@ -46,8 +46,9 @@ def heartbeat(
     ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next).
     ``usage`` ({counter: number}) is added to the todo's and its tree's (todos/queue/trees.py). The todo
     answered carries ``budget_exhausted``: its tree has spent its budget, so the worker should stop."""
+    reported = trees.usage_param(usage)
     todo = with_receipt(
-        sql.HEARTBEAT,
+        sql.HEARTBEAT if reported is None else sql.HEARTBEAT_USAGE,
         "heartbeat",
         todo_id,
         agent,
@@ -55,7 +56,7 @@ def heartbeat(
         lease_seconds=lease_for(lease_seconds),
         progress=Jsonb(progress) if progress is not None else None,
         checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
-        usage=trees.usage_param(usage),
+        usage=reported,
     )
     if usage:
         count_usage(todo.queue, agent.name, usage)
@@ -72,7 +73,7 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None, 
     usage_value = trees.usage_param(usage)
     try:
         todo = with_receipt(
-            sql.COMPLETE,
+            sql.COMPLETE if usage_value is None else sql.COMPLETE_USAGE,
             "complete",
             todo_id,
             agent,

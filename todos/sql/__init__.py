@@ -37,7 +37,16 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
-from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
+from todos.sql.lease import (
+    COMPLETE,
+    COMPLETE_MANY,
+    COMPLETE_USAGE,
+    CURRENT_STATE,
+    FAIL,
+    HEARTBEAT,
+    HEARTBEAT_USAGE,
+    RELEASE,
+)
 from todos.sql.operators import (
     CANCEL,
     DISCARD,
@@ -98,6 +107,7 @@ __all__ = [
     "CLAIM_ORDER",
     "COMPLETE",
     "COMPLETE_MANY",
+    "COMPLETE_USAGE",
     "COUNT_PRUNABLE_QUEUES",
     "COUNT_PURGEABLE",
     "CREATE_MANY",
@@ -109,6 +119,7 @@ __all__ = [
     "FAIL",
     "FORCE_RELEASE",
     "HEARTBEAT",
+    "HEARTBEAT_USAGE",
     "LATE_RESULT",
     "LINK",
     "LINK_WAIT",

@@ -17,8 +17,7 @@ from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET
 _REVIVED_QUEUE = f"""(SELECT r.queue FROM todos_todo r
     WHERE r.id = %(id)s AND r.lease_id = %(lease_id)s AND NOT ({S.LIVE_LEASE.sql("r")}))"""
 # Progress and checkpoint (NULL: not sent, keep the last) are written only under the receipt, so a
-# stale worker can never overwrite the current attempt's. So is usage (issue 30, todos/sql/trees.py): added to
-# the todo's and rolled up to its root's in this statement.
+# stale worker can never overwrite the current attempt's.
 HEARTBEAT = f"""
 WITH revival AS MATERIALIZED (
     SELECT q.name, q.paused, q.max_claimed, q.max_claimed_per_key FROM todos_queue q WHERE q.name = {_REVIVED_QUEUE}
@@ -30,30 +29,48 @@ may_revive AS MATERIALIZED (
         AND (max_claimed_per_key IS NULL OR EXISTS (SELECT FROM todos_fair_lock_key(
             name, (SELECT fair_key FROM todos_todo WHERE id = %(id)s), max_claimed_per_key, true))) AS ok
     FROM revival
-),
-changed AS (
+)
 UPDATE todos_todo SET
     state = 'claimed',
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
     next_retry_at = NULL,
     progress = COALESCE(%(progress)s::jsonb, progress),
-    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),{USAGE_SET},
+    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
     OR (({(S.CLAIMED | S.PENDING).sql()}) AND COALESCE((SELECT ok FROM may_revive), false)))
 RETURNING {_TODO_COLUMNS}
+"""
+
+
+def _with_usage(statement: str, after: str) -> str:
+    """``statement`` with USAGE_SET in its SET list, right after ``after`` (its last item, or an item with its
+    comma): issue 30's usage, added to the todo's under the receipt."""
+    assert statement.count(after) == 1, after
+    item = after.removesuffix(",")
+    return statement.replace(after, f"{item},{USAGE_SET}" + ("," if after.endswith(",") else ""))
+
+
+# heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
+# and, in this statement, rolls it up to its root's (ROLLED_UP). A heartbeat without usage runs HEARTBEAT,
+# unchanged.
+HEARTBEAT_USAGE = (
+    _with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),")
+    .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
+    .rstrip()
+    + f"""
 ),
 {ROLLED_UP.rstrip().removesuffix(",")}
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM rolled) r
 """
+)
 
 # The states a receipt's holder may finish from: all but done. A todo the reaper requeued (pending) or
 # dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
-# complete: -> done, adding the usage reported (NULL: none) to the todo's and its root's (ROLLED_UP).
-COMPLETE = _finishing(
-    f"""
+# complete: -> done.
+_COMPLETE = f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -61,12 +78,14 @@ UPDATE todos_todo SET
     updated_at = now(),
     lease_id = NULL,
     lease_expires_at = NULL,
-    next_retry_at = NULL,{USAGE_SET}
+    next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-""",
-    after=ROLLED_UP,
-)
+"""
+COMPLETE = _finishing(_COMPLETE)
+# complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
+# (ROLLED_UP), in the same statement. A complete without usage runs COMPLETE, unchanged.
+COMPLETE_USAGE = _finishing(_with_usage(_COMPLETE, "    next_retry_at = NULL"), after=ROLLED_UP)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
 COMPLETE_MANY = _finishing(

@@ -55,7 +55,7 @@ def test_a_violated_shape_check_is_not_read_as_a_taken_idempotency_key(agent, ma
     make_todo("q")
     [todo] = queue.claim_next(agent=agent)
     params = {"id": todo.id, "lease_id": todo.lease_id, "agent": agent.name, "visible": ["%"], "lease_seconds": None}
-    params.update(progress=None, checkpoint=None, usage=None)
+    params.update(progress=None, checkpoint=None)
     # A heartbeat without a lease length would leave a claim without its expiry: the claimed shape CHECK.
     with pytest.raises(IntegrityError) as caught:
         fetch_todos_reviving(sql.HEARTBEAT, params, "heartbeat", todo.id)
