@@ -73,6 +73,7 @@ from todos.sql.retention import (
 )
 from todos.sql.trees import (
     BUDGET_OPEN,
+    CANCELLABLE_IDS,
     CASCADE,
     CASCADES_LEFT,
     LATE_RESULT,
@@ -99,6 +100,7 @@ __all__ = [
     "BRIEF_COLUMNS",
     "BUDGET_OPEN",
     "CANCEL",
+    "CANCELLABLE_IDS",
     "CASCADE",
     "CASCADES_LEFT",
     "CLAIM_NEXT",

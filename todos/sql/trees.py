@@ -17,6 +17,15 @@ CASCADE = """
 SELECT todos_cascade(%(ids)s::text[], %(by)s::text, %(why)s::text, %(visible)s::text[], %(bound)s::integer)
 """
 
+# Which of %(ids)s a cancel may take now (CANCELLABLE, in the caller's queues): a cascade cancels their
+# descendants first, then CANCEL takes them, so that it locks a tree's rows in the order a child's report
+# with usage does (the child, then its root) and never waits crosswise with one. No lock: a todo that finishes
+# meanwhile is refused by CANCEL's own guard (its descendants, cancelled by then, stay cancelled).
+CANCELLABLE_IDS = f"""
+SELECT t.id FROM todos_todo t
+WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
 # Cascades left over (reap_once): the ancestors marked by a cascade that took a whole bound, from the partial
 # index todo_cascade_pending (a handful of rows at most). No lock: two reapers resuming the same cascade
 # cancel disjoint rows (each row's guard is re-checked under its lock) or none.
@@ -135,6 +144,7 @@ ORDER BY 1, 2, 3
 
 __all__ = [
     "BUDGET_OPEN",
+    "CANCELLABLE_IDS",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
