@@ -59,3 +59,34 @@ def test_concurrent_heartbeats_add_up_exactly_on_the_root_and_a_spent_budget_sto
     taken = run_together([_claimer(agent) for _ in range(4)])
     assert not {i for ids in taken for i in ids} & set(left)
     assert Todo.objects.filter(pk__in=left, state="pending").count() == len(left)
+
+
+def test_a_cascade_racing_usage_reports_neither_deadlocks_nor_loses_a_report(make_agent):
+    from todos.errors import TodoConflict
+
+    agent = make_agent("spawner")
+    root = queue.claim(queue.create(queue="jobs", budget={"tokens": 10**9})[0].id, agent=agent)
+    parent = {"id": root.id, "lease_id": str(root.lease_id)}
+    workers = [queue.claim(queue.create(queue="jobs", agent=agent, parent=parent)[0].id, agent=agent) for _ in range(8)]
+
+    def report(todo: Todo) -> Callable[[], int]:
+        def run() -> int:
+            sent = 0
+            for _ in range(20):
+                try:
+                    queue.heartbeat(todo.id, agent=agent, lease_id=str(todo.lease_id), usage={"tokens": 1})
+                except TodoConflict:
+                    break  # cancelled: the worker stops
+                sent += 1
+            return sent
+
+        return run
+
+    def cancel() -> int:
+        return int(queue.cancel(root.id, operator="ops", cascade=True).cascaded)  # type: ignore[attr-defined]
+
+    *sent, cascaded = run_together([*(report(t) for t in workers), cancel])
+    assert cascaded == len(workers)
+    assert set(Todo.objects.filter(root_id=root.id).values_list("state", flat=True)) == {"cancelled"}
+    fresh = Todo.objects.get(pk=root.id)
+    assert Decimal(str((fresh.tree_usage or {}).get("tokens", 0))) == sum(sent)
