@@ -240,6 +240,11 @@ class Todo(models.Model):
     # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
     # but never loosen them.
     spawn_caps = models.JSONField(null=True, blank=True, editable=False)
+    # A producer's callback (issue 29), given at create: {"url", "events": ["done", "dead_lettered"], "agent":
+    # the creator, whose webhook_secret signs it, "max_attempts"}. Null for a plain create (no bytes beyond the
+    # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
+    # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
+    callback = models.JSONField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 

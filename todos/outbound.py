@@ -226,7 +226,29 @@ def deliver(todo_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     if channel == "url":
         sent = post_webhook(str(payload["url"]), str(payload["secret"]), todo_id, _webhook_body(todo_id, notice))
         return {"channel": "url", "status": sent.status, "hops": sent.hops}
+    if channel == "callback":
+        return _callback(todo_id, payload)
     raise DeliveryFailed(f"unknown channel {channel!r}", permanent=True)
+
+
+def _callback(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A todo's callback (enqueued by the trigger todo_enqueues_callback): the todo's JSON as the API shows it
+    now, signed with its creating agent's webhook_secret."""
+    from todos.api.serializers import TodoSerializer
+    from todos.models import Agent, Todo
+
+    secret = Agent.objects.filter(name=str(payload.get("agent"))).values_list("webhook_secret", flat=True).first()
+    if not secret:
+        raise DeliveryFailed("the creating agent is gone or has no webhook_secret", permanent=True)
+    todo = Todo.objects.filter(pk=str(payload.get("todo"))).first()
+    data: dict[str, Any] = dict(TodoSerializer(todo).data) if todo is not None else {"id": payload.get("todo")}
+    body = {
+        "type": str(payload.get("event", "")),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "data": data,
+    }
+    sent = post_webhook(str(payload["url"]), secret, delivery_id, body, field="callback.url")
+    return {"channel": "callback", "todo": payload.get("todo"), "status": sent.status, "hops": sent.hops}
 
 
 def _webhook_body(todo_id: str, notice: dict[str, Any]) -> dict[str, Any]:
