@@ -3,6 +3,7 @@ answer with a status or a redirect), and an SMTP server (aiosmtpd) that keeps ea
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -55,16 +56,24 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextlib.contextmanager
+def running_receiver() -> Iterator[Receiver]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     recv = Receiver(server)
     server.RequestHandlerClass = _handler(recv)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield recv
-    server.shutdown()
-    server.server_close()
+    try:
+        yield recv
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with running_receiver() as recv:
+        yield recv
 
 
 @dataclass
