@@ -754,7 +754,9 @@ class NotifyEndpoint(models.Model):
     group = models.ForeignKey(
         "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
     )
-    url = models.URLField(max_length=2000)
+    url = models.CharField(
+        max_length=2000, help_text="http(s); checked against private addresses on save and on every send."
+    )
     secret = models.CharField(max_length=100, default=new_webhook_secret, editable=False)
     active = models.BooleanField(default=True)
     # The notice events it wants (e.g. wait.asked, wait.reminder); empty: all of them.
