@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, close_old_connections
 
 from switchboard import dberrors
+from switchboard.logs import log_event
 from todos import queue
 from todos.errors import QueueError
 from todos.limits import NOTIFY_LEASE_SECONDS
@@ -87,10 +88,13 @@ class Command(BaseCommand):
         while not self.stopping.is_set():
             close_old_connections()
             try:
-                drain(agent, should_stop=self.stopping.is_set)
+                counts = drain(agent, should_stop=self.stopping.is_set)
             except DatabaseError as exc:
                 dberrors.log_failure(logger, "notify", exc)
                 close_old_connections()
+            else:
+                if counts["sent"] or counts["failed"]:
+                    log_event(logger, logging.INFO, "notify drain", sent=counts["sent"], failed=counts["failed"])
             self.stopping.wait(options["interval"])
         logger.info("notify stopped")
 
