@@ -247,6 +247,9 @@ def _callback(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         raise DeliveryFailed("the creating agent is gone or has no webhook_secret", permanent=True)
     todo = Todo.objects.filter(pk=str(payload.get("todo"))).first()
     data: dict[str, Any] = dict(TodoSerializer(todo).data) if todo is not None else {"id": payload.get("todo")}
+    if len(json.dumps(data, default=str)) > OUTBOUND_MAX_BODY_BYTES - 1024:
+        # Too big to send whole (a large payload or result): the receiver GETs the todo for them.
+        data = {**data, "payload": None, "result": None, "dependencies": None, "truncated": True}
     body = {
         "type": str(payload.get("event", "")),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
