@@ -32,7 +32,7 @@ from switchboard.api import error_body
 from switchboard.mounted import CALLER_SCOPE_KEY
 from todos import auth, budgets
 from todos.errors import BudgetExceeded
-from todos.mcp import tasks, tools
+from todos.mcp import tasks, tasks_2025, tools
 from todos.models import Agent, hash_token
 
 Scope = dict[str, Any]
@@ -83,6 +83,7 @@ def build_server() -> Server[Any]:
         on_call_tool=_call_tool,
     )
     tasks.install(server)  # todos as MCP Tasks (todos/mcp/tasks.py)
+    tasks_2025.install(server)  # and on the 2025-11-25 wire (todos/mcp/tasks_2025.py)
     return server
 
 

@@ -155,11 +155,12 @@ def _invalid_params(body: dict[str, Any]) -> MCPError:
     return MCPError(code=INVALID_PARAMS, message=str(body["error"]["detail"]), data=body)
 
 
-async def _run(ctx: ServerRequestContext[Any], work: Any) -> dict[str, Any]:
+async def _run(ctx: ServerRequestContext[Any], work: Any, *, extension: bool = True) -> dict[str, Any]:
     """Run a task method's work in the pool. Every failure is answered here: a refused transition or bad
     input is -32602 with the REST error body, a lost database INTERNAL_ERROR; anything else is logged with
-    its cause and answered with a fixed text, so nothing unexpected reaches the SDK's own error text."""
-    if not declares_tasks(ctx):
+    its cause and answered with a fixed text, so nothing unexpected reaches the SDK's own error text.
+    ``extension``: the request must declare the 2026-07-28 extension (the 2025-11-25 wire passes False)."""
+    if extension and not declares_tasks(ctx):
         raise _missing_capability()
     try:
         result: dict[str, Any] = await tools.in_thread(work)
