@@ -4,8 +4,13 @@ tasks/get, tasks/result, tasks/list, tasks/cancel), negotiated per session besid
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +207,40 @@ def test_the_2026_extension_still_answers_a_2026_request(mcp_base, agent):
     body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id, "_meta": meta}}
     result = requests.post(mcp_base + "/mcp", json=body, headers=headers, timeout=30).json()["result"]
     assert result["resultType"] == "complete" and result["taskId"] == task_id and result["pollIntervalMs"] == 2000
+
+
+# --- a client that implements this wire: the TypeScript SDK 1.x (experimental tasks) ----------------
+
+CLIENT_DIR = Path(__file__).resolve().parent / "mcp_ts"
+NODE = shutil.which("node")
+
+
+def test_the_typescript_sdk_runs_a_todo_as_a_task_on_this_wire(mcp_base, agent):
+    if NODE is None or not (CLIENT_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        # CI installs both (.ci/run): there a missing client is a failure, never a quiet skip.
+        if os.environ.get("CI"):
+            pytest.fail("node or the TypeScript SDK is missing: npm ci --prefix todos/tests/mcp_ts")
+        pytest.skip("node or the TypeScript SDK is missing: npm ci --prefix todos/tests/mcp_ts")
+    env = {**os.environ, "SWITCHBOARD_MCP_URL": mcp_base + "/mcp", "SWITCHBOARD_TOKEN": agent.token}
+    client = subprocess.Popen(
+        [NODE, "tasks_2025.mjs"], cwd=CLIENT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert client.stdout is not None
+        task_id = json.loads(client.stdout.readline())["taskId"]
+        [claimed] = queue.claim_next(agent=agent)
+        assert claimed.id == task_id
+        queue.complete(claimed.id, agent=agent, lease_id=claimed.lease_id, result={"verdict": "approve"})
+        out, err = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, err[-3000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["protocol"] == VERSION and seen["capability"]["requests"] == {"tools": {"call": {}}}
+    assert seen["execution"] == {"taskSupport": "optional"}
+    assert seen["created"]["taskId"] == task_id and "error" not in seen
+    assert seen["result"]["structuredContent"]["todo"]["result"] == {"verdict": "approve"}
+    assert seen["got"]["status"] == "completed" and task_id in seen["listed"]
+    assert seen["cancelled"]["status"] == "cancelled"
+    assert Todo.objects.filter(state=TodoState.CANCELLED).count() == 1
