@@ -59,7 +59,7 @@ def listener() -> Iterator[tuple[str, list[bytes]]]:
     received: list[bytes] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             received.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             self.send_response(200)
             self.end_headers()
