@@ -13,8 +13,9 @@ and ``SubscribeToTask`` wait on the await machinery of todos/results.py (an asyn
 listener when the todo finishes, re-read every A2A_STREAM_POLL_SECONDS for a claim, progress or a wait),
 each wait one of the agent's await slots. A stream ends when its task finishes or needs input.
 
-Push notification configs are not offered yet (the card says so; their methods answer
-PushNotificationNotSupported): they wait for issue 29's signed sender (todos/notices.py).
+Push notifications: a message's config becomes its todo's issue 29 callback (todos/a2a/tasks.py), one
+signed webhook when the todo is done or dead-lettered, SSRF-checked when given; Get/List read it back,
+Create/Delete on an existing task are UnsupportedOperation.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOU
 # from the right.
 REST_ROUTE = re.compile(
     r"^/a2a/(?P<tenant>.+?)/(?:(?P<send>message:send)|(?P<stream>message:stream)|(?P<list>tasks)"
-    r"|tasks/(?P<id>td_[A-Za-z0-9_-]+?)(?::(?P<action>cancel|subscribe))?)$"
+    r"|tasks/(?P<id>td_[A-Za-z0-9_-]+?)(?::(?P<action>cancel|subscribe))?"
+    r"|tasks/(?P<pushed>td_[A-Za-z0-9_-]+?)/pushNotificationConfigs(?:/(?P<config>[^/]+))?)$"
 )
 
 
@@ -76,7 +78,7 @@ def card(base: str, queue: str) -> dict[str, Any]:
         "supportedInterfaces": interfaces,
         "provider": {"organization": "Switchboard", "url": base},
         "version": switchboard.__version__,
-        "capabilities": {"streaming": True, "pushNotifications": False},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         "securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
         "securityRequirements": [{"schemes": {"bearer": {"list": []}}}],
         "defaultInputModes": ["text/plain", "application/json"],
@@ -197,19 +199,11 @@ def _returns_at_once(params: dict[str, Any]) -> bool:
     return isinstance(configuration, dict) and configuration.get("returnImmediately") is True
 
 
-def _no_push(params: dict[str, Any]) -> None:
-    configuration = params.get("configuration")
-    if isinstance(configuration, dict) and configuration.get("taskPushNotificationConfig"):
-        raise A2AError(-32003, 400, "Push notifications are not supported.", "PUSH_NOTIFICATION_NOT_SUPPORTED")
-
-
 # --- JSON-RPC ---------------------------------------------------------------------------------------
 
-PUSH_METHODS = (
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
+# A task's push config is given with its message (the todo's callback) and kept as it is.
+FIXED_PUSH = A2AError(
+    -32004, 400, "A push config is given with the message (configuration) and cannot change.", "UNSUPPORTED_OPERATION"
 )
 
 
@@ -236,7 +230,6 @@ async def _jsonrpc(agent: Agent, request: Request) -> Response:
 
     try:
         if method in ("SendMessage", "SendStreamingMessage"):
-            _no_push(params)
             todo = await _pool(lambda: tasks.send_message(agent, params, tenant))
             if method == "SendStreamingMessage":
                 return _sse(_updates(agent, todo, at_once=_returns_at_once(params)), wrap)
@@ -251,8 +244,11 @@ async def _jsonrpc(agent: Agent, request: Request) -> Response:
             result = tasks.task_of(await _pool(lambda: tasks.cancel(agent, params, tenant)))
         elif method == "SubscribeToTask":
             return _sse(_updates(agent, await _subscribable(agent, params.get("id"), tenant)), wrap)
-        elif method in PUSH_METHODS:
-            raise A2AError(-32003, 400, "Push notifications are not supported.", "PUSH_NOTIFICATION_NOT_SUPPORTED")
+        elif method in ("GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs"):
+            listed = method.startswith("List")
+            result = await _pool(lambda: tasks.push_config(agent, params, tenant, listed=listed))
+        elif method in ("CreateTaskPushNotificationConfig", "DeleteTaskPushNotificationConfig"):
+            raise FIXED_PUSH
         elif method == "GetExtendedAgentCard":
             raise A2AError(-32007, 400, "No extended Agent Card is configured.", "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
         else:
@@ -282,13 +278,18 @@ async def _rest(agent: Agent, request: Request) -> Response:
             params = json.loads(await request.body() or b"{}")
             if not isinstance(params, dict):
                 raise tasks.invalid("The body must be a JSON object.")
-            _no_push(params)
             todo = await _pool(lambda: tasks.send_message(agent, params, tenant))
             if route["stream"]:
                 return _sse(_updates(agent, todo, at_once=_returns_at_once(params)), wrap)
             if not _returns_at_once(params):
                 todo = await _settle(agent, todo)
             return JSONResponse({"task": tasks.task_of(todo)})
+        if route["pushed"]:
+            if post or request.method == "DELETE":
+                raise FIXED_PUSH
+            params = {"taskId": route["pushed"], "id": route["config"]}
+            listed = route["config"] is None
+            return JSONResponse(await _pool(lambda: tasks.push_config(agent, params, tenant, listed=listed)))
         if route["list"]:
             query: dict[str, Any] = dict(request.query_params)
             if "pageSize" in query:

@@ -4,6 +4,7 @@ each a compromised agent's try, against a live uvicorn server on switchboard.asg
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import pytest
 import requests
 
 from todos import queue
+from todos.a2a import tasks as a2a_tasks
+from todos.a2a.tasks import A2AError
 from todos.mcp.tasks import EXTENSION
 from todos.models import Todo, TodoState
 from todos.tests.mcp_live import mcp_base
@@ -103,18 +106,24 @@ def test_an_a2a_message_to_a_queue_outside_the_create_scopes_makes_nothing(mcp_b
     assert not Todo.objects.exists()
 
 
-def test_a_push_config_to_loopback_is_refused_and_nothing_is_called(mcp_base, agent, listener):
+def test_a_push_config_to_loopback_is_refused_with_the_guard_on_and_nothing_is_called(
+    mcp_base, agent, listener, settings
+):
     url, received = listener
-    config = {"taskId": "td_" + "0" * 26, "url": url, "token": "t"}
-    answer = a2a(mcp_base, agent.token, "CreateTaskPushNotificationConfig", config).json()
-    assert answer["error"]["code"] == -32003
+    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS = False  # production's guard (the tests' server allows loopback)
     params = {
-        "tenant": "jobs",
         "message": a2a_message("call me back"),
         "configuration": {"taskPushNotificationConfig": {"url": url}, "returnImmediately": True},
     }
-    answer = a2a(mcp_base, agent.token, "SendMessage", params).json()
-    assert answer["error"]["code"] == -32003
+    for target in (url, "http://[::1]/hook", "http://169.254.169.254/latest/meta-data/", "file:///etc/passwd"):
+        params["configuration"]["taskPushNotificationConfig"]["url"] = target
+        with pytest.raises(A2AError) as refused:
+            a2a_tasks.send_message(agent, params, "jobs")
+        assert refused.value.code == -32602 and "callback.url" in json.dumps(refused.value.detail)
+    # Over the wire, a config cannot be added to a task after its message either.
+    config = {"taskId": "td_" + "0" * 26, "url": url, "token": "t"}
+    answer = a2a(mcp_base, agent.token, "CreateTaskPushNotificationConfig", config).json()
+    assert answer["error"]["code"] == -32004
     assert not Todo.objects.exists() and received == []
 
 
