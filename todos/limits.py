@@ -55,6 +55,10 @@ DEFAULT_LIST_LIMIT = 20
 A2A_MAX_MESSAGE_ID_CHARS = 200
 A2A_MAX_PARTS = 100
 A2A_STREAM_POLL_SECONDS = 2.0
+# MCP Tasks on the 2025-11-25 wire: a client listening on GET /mcp gets notifications/tasks/status for its
+# tasks, found by re-reading them this often (a changed row is seen once, late by at most this much).
+MCP_TASK_STATUS_POLL_SECONDS = 2.0
+MCP_TASK_STATUS_BATCH = 100  # changed tasks one re-read sends; the rest on the next
 
 # --- Queue controls and schedules ---
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo

@@ -222,6 +222,10 @@ class McpEndpoint:
                 scope, receive, send
             )
             return
+        if tasks_2025.wants_status_stream(scope):
+            # The 2025-11-25 wire's listening client: task status notifications (todos/mcp/tasks_2025.py).
+            await tasks_2025.status_stream(agent, scope, receive, send)
+            return
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
 
 

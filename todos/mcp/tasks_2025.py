@@ -15,6 +15,10 @@ The SDK (mcp 2.3.0) has the 2025-11-25 task types but no runtime, and its runner
 * ``initialize`` at 2025-11-25 declares ``capabilities.tasks`` (list, cancel, task-augmented tools/call);
   ``tools/list`` marks create_for ``execution.taskSupport: "optional"`` (every other tool: absent, forbidden);
 * ``tools/call`` create_for with ``params.task`` creates the todo and answers ``{"task": Task}``;
+* ``notifications/tasks/status`` on the stream a client opens with GET /mcp (as VS Code and the TypeScript
+  SDK do after initialize): each of the caller's tasks whose todo changed, re-read every
+  MCP_TASK_STATUS_POLL_SECONDS on the loop (a query in the pool, no thread held), the stream one of the
+  agent's await slots while it is open (``status_stream``, served by todos/mcp/server.py);
 * ``tasks/get``, ``tasks/cancel`` (the queue's cancel; a finished task is -32602, as the spec asks),
   ``tasks/list`` (the caller's task-augmented creates in its scopes, newest first, by cursor) and
   ``tasks/result``, which blocks until the todo finishes on the await machinery of todos/results.py (an
@@ -26,10 +30,14 @@ Scopes are the tools': a todo outside the caller's scopes is -32602, task not fo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
+import functools
 import json
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError
@@ -42,11 +50,16 @@ from rest_framework import serializers
 
 from switchboard import dberrors
 from switchboard.api import error_body
-from todos import queue, results, states
+from todos import budgets, queue, results, states
 from todos.api.fields import _iso
 from todos.api.serializers import TodoCreateInput, TodoSerializer
-from todos.errors import QueueError
-from todos.limits import DEFAULT_LIST_LIMIT, LONG_POLL_MAX_SECONDS
+from todos.errors import BudgetExceeded, QueueError
+from todos.limits import (
+    DEFAULT_LIST_LIMIT,
+    LONG_POLL_MAX_SECONDS,
+    MCP_TASK_STATUS_BATCH,
+    MCP_TASK_STATUS_POLL_SECONDS,
+)
 from todos.mcp import tasks, tools
 from todos.models import Agent, Todo
 
@@ -247,3 +260,86 @@ async def middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> Han
 
 def install(server: Any) -> None:
     server.middleware.append(middleware)
+
+
+# --- notifications/tasks/status on GET /mcp -------------------------------------------------------------
+
+# A transaction's rows carry its start time as updated_at, so one that commits after a re-read may hold an
+# older time than that re-read saw: each re-read looks back this far and skips what it already sent.
+_LOOK_BACK = timedelta(seconds=5)
+
+
+def _changed(agent: Agent, since: datetime | None, sent: dict[str, datetime]) -> tuple[list[Todo], datetime]:
+    """The caller's tasks changed since ``since`` (None: from now on) and not sent yet, oldest first."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        now: datetime = cursor.fetchone()[0]
+    if since is None:
+        return [], now
+    todos = Todo.objects.visible_to(agent).filter(source=task_source(agent), updated_at__gt=since - _LOOK_BACK)
+    rows = todos.order_by("updated_at", "id")[: MCP_TASK_STATUS_BATCH * 2]
+    fresh = [todo for todo in rows if sent.get(todo.id) != todo.updated_at]
+    return fresh[:MCP_TASK_STATUS_BATCH], now
+
+
+def wants_status_stream(scope: dict[str, Any]) -> bool:
+    """A GET /mcp of a 2025-11-25 session that accepts an event stream: the client listens."""
+    headers = {name.lower(): value for name, value in scope.get("headers", [])}
+    return (
+        scope.get("method") == "GET"
+        and headers.get(b"mcp-protocol-version") == VERSION.encode()
+        and b"text/event-stream" in headers.get(b"accept", b"")
+    )
+
+
+async def status_stream(agent: Agent, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Serve GET /mcp as the session's notification stream: ``notifications/tasks/status`` for each of the
+    agent's tasks as its todo changes, until the client hangs up."""
+    try:
+        slot = budgets.wait_slots.slot(agent)
+        slot.__enter__()
+    except BudgetExceeded as exc:
+        body = json.dumps(error_body(exc.code, exc.detail, **exc.extra)).encode()
+        retry = str(exc.extra.get("retry_after", 1)).encode()
+        headers = [(b"content-type", b"application/json"), (b"retry-after", retry)]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    gone = asyncio.Event()
+
+    async def watch_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+    try:
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        sent: dict[str, datetime] = {}
+        since: datetime | None = (await tools.in_thread(functools.partial(_changed, agent, None, sent)))[1]
+        await send({"type": "http.response.body", "body": b": listening\n\n", "more_body": True})
+        while not gone.is_set():
+            try:
+                todos, since = await tools.in_thread(functools.partial(_changed, agent, since, dict(sent)))
+            except DatabaseError:
+                logger.warning("tasks (2025-11-25): a status re-read failed; trying again", exc_info=True)
+                todos = []
+            chunks = []
+            for todo in todos:
+                sent[todo.id] = todo.updated_at
+                message = {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_of(todo)}
+                chunks.append(f"event: message\ndata: {json.dumps(message, separators=(',', ':'))}\n\n")
+            if since is not None and len(sent) > 10 * MCP_TASK_STATUS_BATCH:  # bounded: forget the old ones
+                horizon = since - 2 * _LOOK_BACK
+                sent = {key: at for key, at in sent.items() if at > horizon}
+            await send({"type": "http.response.body", "body": "".join(chunks).encode() or b": \n\n", "more_body": True})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gone.wait(), timeout=MCP_TASK_STATUS_POLL_SECONDS)
+    except OSError:
+        pass  # the client went away mid-send
+    finally:
+        watcher.cancel()
+        slot.__exit__(None, None, None)

@@ -244,3 +244,33 @@ def test_the_typescript_sdk_runs_a_todo_as_a_task_on_this_wire(mcp_base, agent):
     assert seen["got"]["status"] == "completed" and task_id in seen["listed"]
     assert seen["cancelled"]["status"] == "cancelled"
     assert Todo.objects.filter(state=TodoState.CANCELLED).count() == 1
+
+
+def test_a_listening_client_gets_status_notifications_for_its_own_tasks_only(mcp_base, agent, make_agent):
+    headers = {
+        "Authorization": f"Bearer {agent.token}",
+        "Accept": "text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+    }
+    with requests.get(mcp_base + "/mcp", headers=headers, stream=True, timeout=30) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines(decode_unicode=True)
+        assert next(lines) == ": listening"
+        task_id = create_task(mcp_base, agent.token)["task"]["taskId"]
+        bob = make_agent("bob", claim=["jobs"])
+        bobs = create_task(mcp_base, bob.token)["task"]["taskId"]
+        [claimed] = [t for t in queue.claim_next(agent=agent, limit=2) if t.id == task_id] or [None]
+        assert claimed is not None
+        queue.complete(claimed.id, agent=agent, lease_id=claimed.lease_id, result={})
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 20
+        for line in lines:
+            if line.startswith("data: "):
+                message = json.loads(line.removeprefix("data: "))
+                assert message["method"] == "notifications/tasks/status"
+                seen.append(message["params"])
+                if message["params"]["status"] == "completed":
+                    break
+            assert time.monotonic() < deadline, seen
+    assert all(task["taskId"] == task_id for task in seen) and bobs not in {t["taskId"] for t in seen}
+    assert seen[-1]["status"] == "completed" and seen[-1]["ttl"] is None
