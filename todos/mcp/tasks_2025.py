@@ -25,7 +25,9 @@ The SDK (mcp 2.3.0) has the 2025-11-25 task types but no runtime, and its runner
   asyncio event woken by the listener, no thread held, one of the agent's await slots while it waits)
   and answers create_for's result, or its error for a dead-letter or a cancelled todo.
 
-Scopes are the tools': a todo outside the caller's scopes is -32602, task not found.
+Scopes are the tools', and a task is the caller's: a todo outside its scopes, or one it did not create as a
+task (what tasks/get reaches, tasks/list must list), is -32602, task not found. The todo's ``source``
+(``mcp-task:<agent key>``) records whose task it is; agents cannot set such a source over REST.
 """
 
 from __future__ import annotations
@@ -150,13 +152,22 @@ async def _create_task(ctx: ServerRequestContext[Any], agent: Agent) -> HandlerR
     return dict(result.structured_content or {})
 
 
+def _own(agent: Agent, task_id: str) -> Todo:
+    """One of the caller's tasks: a todo in its scopes that it created as a task. The spec asks that what
+    tasks/get reaches, tasks/list lists; so a todo created otherwise is no task here (-32602, not found)."""
+    todo = tasks._visible(agent, task_id)
+    if todo.source != task_source(agent):
+        raise tasks._not_found()
+    return todo
+
+
 async def _get(agent: Agent, task_id: str) -> dict[str, Any]:
-    return await tools.in_thread(lambda: task_of(tasks._visible(agent, task_id)))
+    return await tools.in_thread(lambda: task_of(_own(agent, task_id)))
 
 
 async def _cancel(agent: Agent, task_id: str) -> dict[str, Any]:
     def cancel() -> dict[str, Any]:
-        todo = tasks._visible(agent, task_id)
+        todo = _own(agent, task_id)
         if states.FINISHED.holds(todo):
             status = tasks.task_status(todo)
             raise MCPError(code=INVALID_PARAMS, message=f"Cannot cancel task: already in terminal status '{status}'")
@@ -165,7 +176,7 @@ async def _cancel(agent: Agent, task_id: str) -> dict[str, Any]:
         except QueueError as exc:
             if exc.code != "conflict":
                 raise
-            todo = tasks._visible(agent, task_id)  # it finished meanwhile: its status tells
+            todo = _own(agent, task_id)  # it finished meanwhile: its status tells
         return task_of(todo)
 
     return await tools.in_thread(cancel)
@@ -207,7 +218,7 @@ async def _result(agent: Agent, task_id: str) -> dict[str, Any]:
     """create_for's result once the todo has finished: awaited in LONG_POLL_MAX_SECONDS rounds (each one
     of the agent's await slots, an event on the loop: no thread waits), as long as the client keeps the
     request open."""
-    todo = await results.await_finished(agent, task_id, 0)
+    todo = await tools.in_thread(lambda: _own(agent, task_id))
     while not states.FINISHED.holds(todo):
         todo = await results.await_finished(agent, task_id, LONG_POLL_MAX_SECONDS)
     body = await tools.in_thread(lambda: {"todo": TodoSerializer(todo).data, "created": True})

@@ -171,3 +171,23 @@ def test_the_agent_card_reads_nothing_and_is_the_same_for_any_queue_name(mcp_bas
     assert existing["capabilities"] == missing["capabilities"]
     bad = requests.get(mcp_base + "/.well-known/agent-card.json?queue=%3Cscript%3E", timeout=10)
     assert bad.status_code == 400 and "<script>" not in bad.text
+
+
+def test_an_agent_cannot_plant_a_todo_in_another_agents_task_lists_over_rest(mcp_base, api, make_agent):
+    victim = make_agent("victim", claim=["jobs"])
+    for source in (f"mcp-task:{victim.pk}", f"a2a:{victim.pk}"):
+        one = api.post("/todos/", {"queue": "jobs", "source": source})
+        assert one.status_code == 400 and "source" in one.json()["error"]["fields"]
+        batch = api.post("/todos/batch/", {"todos": [{"queue": "jobs", "source": source}]})
+        assert batch.status_code == 400 and "todos.0.source" in batch.json()["error"]["fields"]
+    assert not Todo.objects.exists()
+    listed = mcp(mcp_base, victim.token, "tasks/list", {}, "2025-11-25")["result"]["tasks"]
+    assert listed == [] and a2a(mcp_base, victim.token, "ListTasks", {}).json()["result"]["tasks"] == []
+
+
+def test_a_todo_in_scope_that_is_not_the_callers_task_is_no_task_on_the_2025_wire(mcp_base, agent):
+    todo, _ = queue.create(queue="jobs", title="made over REST", agent=agent)
+    for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        answer = mcp(mcp_base, agent.token, method, {"taskId": todo.id}, "2025-11-25")
+        assert answer["error"]["code"] == -32602 and "not found" in answer["error"]["message"].lower()
+    assert Todo.objects.get(pk=todo.id).state == TodoState.PENDING
