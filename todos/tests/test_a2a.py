@@ -6,6 +6,7 @@ JSON-RPC and the REST binding."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -314,3 +315,32 @@ def test_a_push_config_is_a_signed_webhook_when_the_task_completes(mcp_base, age
     agent.refresh_from_db()
     body = Webhook(agent.webhook_secret).verify(request.body, request.headers)
     assert body["type"] == "todo.done" and body["data"]["id"] == task_id and body["data"]["result"] == {"done": True}
+
+
+def test_concurrent_resends_of_one_message_make_one_todo(mcp_base, agent):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "tenant": "jobs",
+            "message": {"messageId": "same", "role": "ROLE_USER", "parts": [{"text": "once"}]},
+            "configuration": {"returnImmediately": True},
+        },
+    }
+    headers = {"Authorization": f"Bearer {agent.token}"}
+    barrier = threading.Barrier(8)
+    answers: list[str] = []
+
+    def resend() -> None:
+        barrier.wait()
+        answer = requests.post(mcp_base + "/a2a", json=body, headers=headers, timeout=30).json()
+        answers.append(answer["result"]["task"]["id"])
+
+    threads = [threading.Thread(target=resend) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(answers) == 8 and len(set(answers)) == 1
+    assert Todo.objects.count() == 1
