@@ -132,6 +132,8 @@ async def _create_task(ctx: ServerRequestContext[Any], agent: Agent) -> HandlerR
     if name not in TASK_TOOLS:
         # taskSupport absent means forbidden: the spec's answer to a task-augmented call of such a tool.
         raise MCPError(code=METHOD_NOT_FOUND, message=f"Tool {str(name)[:100]!r} does not support tasks.")
+    if not isinstance(params.get("task"), dict):
+        raise MCPError(code=INVALID_PARAMS, message="task must be an object ({ttl?}).")
     arguments = params.get("arguments") or {}
     if not isinstance(arguments, dict) or "todos" in arguments:
         raise MCPError(code=INVALID_PARAMS, message="A task is one todo: a batch (todos) cannot be a task.")

@@ -93,6 +93,8 @@ def test_a_task_for_a_tool_without_task_support_or_a_batch_is_refused(mcp_base, 
     assert answer["error"]["code"] == -32601
     batch = {"name": "create_for", "arguments": {"todos": [{"queue": "jobs"}]}, "task": {}}
     assert rpc(mcp_base, agent.token, "tools/call", batch)["error"]["code"] == -32602
+    odd = {"name": "create_for", "arguments": {"queue": "jobs"}, "task": "yes"}
+    assert rpc(mcp_base, agent.token, "tools/call", odd)["error"]["code"] == -32602
     assert not Todo.objects.exists()
 
 
