@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -191,3 +192,46 @@ def test_a_todo_in_scope_that_is_not_the_callers_task_is_no_task_on_the_2025_wir
         answer = mcp(mcp_base, agent.token, method, {"taskId": todo.id}, "2025-11-25")
         assert answer["error"]["code"] == -32602 and "not found" in answer["error"]["message"].lower()
     assert Todo.objects.get(pk=todo.id).state == TodoState.PENDING
+
+
+def test_waiting_task_results_and_streams_hold_no_thread(mcp_base, agent):
+    """24 waits (12 tasks/result, 12 A2A streams) on a server of 8 pool threads: other requests are still
+    answered at once, and every wait is answered when its todo finishes."""
+    params = {"name": "create_for", "arguments": {"queue": "jobs"}, "task": {}}
+    mcp_task = mcp(mcp_base, agent.token, "tools/call", params, "2025-11-25")["result"]["task"]["taskId"]
+    sent = a2a(
+        mcp_base,
+        agent.token,
+        "SendMessage",
+        {"tenant": "jobs", "message": a2a_message("stream"), "configuration": {"returnImmediately": True}},
+    ).json()
+    a2a_task = sent["result"]["task"]["id"]
+    answered: list[str] = []
+
+    def await_result() -> None:
+        answer = mcp(mcp_base, agent.token, "tasks/result", {"taskId": mcp_task}, "2025-11-25")
+        answered.append("result" if answer["result"]["isError"] is False else "error")
+
+    def stream() -> None:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": a2a_task}}
+        headers = {"Authorization": f"Bearer {agent.token}"}
+        with requests.post(mcp_base + "/a2a", json=body, headers=headers, stream=True, timeout=60) as response:
+            for line in response.iter_lines(decode_unicode=True):
+                if "TASK_STATE_COMPLETED" in line:
+                    answered.append("stream")
+                    return
+
+    waiters = [threading.Thread(target=await_result) for _ in range(12)]
+    waiters += [threading.Thread(target=stream) for _ in range(12)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(1.5)
+    started = time.monotonic()
+    assert mcp(mcp_base, agent.token, "tasks/get", {"taskId": mcp_task}, "2025-11-25")["result"]["status"] == "working"
+    assert requests.get(mcp_base + "/healthz", timeout=10).status_code == 200
+    assert time.monotonic() - started < 3, "a request waited for a thread held by a waiting one"
+    for todo in queue.claim_next(agent=agent, limit=2):
+        queue.complete(todo.id, agent=agent, lease_id=todo.lease_id, result={})
+    for waiter in waiters:
+        waiter.join(timeout=30)
+    assert sorted(answered) == ["result"] * 12 + ["stream"] * 12
