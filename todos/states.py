@@ -321,22 +321,28 @@ def waits_for_input(todo: Todo) -> bool:
 
 @dataclass(frozen=True)
 class TaskState:
-    """How one state of a todo reads on each task protocol."""
+    """How one state of a todo reads on each task protocol, and the rows in it (``q``, for a filter)."""
 
     todo: str  # the state as docs and the admin name it
     mcp: str  # MCP task status, both wires (working, input_required, completed, failed, cancelled)
     a2a: str  # A2A v1.0 TaskState, its ProtoJSON name
+    q: Q
 
 
-TASK_PENDING = TaskState("pending, scheduled", "working", "TASK_STATE_SUBMITTED")
-TASK_CLAIMED = TaskState("claimed, retry-waiting", "working", "TASK_STATE_WORKING")
-TASK_WAITING = TaskState("waiting on todos or an event", "working", "TASK_STATE_WORKING")
+_WAITS_FOR_INPUT = Q(waiting_for__has_any_keys=list(INPUT_WAITS))
+
+TASK_PENDING = TaskState("pending, scheduled", "working", "TASK_STATE_SUBMITTED", (PENDING | SCHEDULED).q)
+TASK_CLAIMED = TaskState("claimed, retry-waiting", "working", "TASK_STATE_WORKING", (CLAIMED | RETRY_WAITING).q)
+TASK_WAITING = TaskState("waiting on todos or an event", "working", "TASK_STATE_WORKING", WAITING.q & ~_WAITS_FOR_INPUT)
 TASK_INPUT = TaskState(
-    "waiting on a token, a person or a manual resolve", "input_required", "TASK_STATE_INPUT_REQUIRED"
+    "waiting on a token, a person or a manual resolve",
+    "input_required",
+    "TASK_STATE_INPUT_REQUIRED",
+    WAITING.q & _WAITS_FOR_INPUT,
 )
-TASK_DONE = TaskState("done", "completed", "TASK_STATE_COMPLETED")
-TASK_DEAD = TaskState("dead-letter", "failed", "TASK_STATE_FAILED")
-TASK_CANCELLED = TaskState("cancelled", "cancelled", "TASK_STATE_CANCELED")
+TASK_DONE = TaskState("done", "completed", "TASK_STATE_COMPLETED", DONE.q)
+TASK_DEAD = TaskState("dead-letter", "failed", "TASK_STATE_FAILED", DEAD_LETTER.q)
+TASK_CANCELLED = TaskState("cancelled", "cancelled", "TASK_STATE_CANCELED", CANCELLED.q)
 
 TASK_STATES: tuple[TaskState, ...] = (
     TASK_PENDING,
@@ -362,6 +368,17 @@ def task_state(todo: Todo) -> TaskState:
     if todo.state == TodoState.CLAIMED:
         return TASK_CLAIMED
     return TASK_PENDING
+
+
+def a2a_state_q(a2a: str) -> Q | None:
+    """The rows whose A2A task state is ``a2a`` (a ListTasks filter), or None for a state no todo is in."""
+    rows = [row.q for row in TASK_STATES if row.a2a == a2a]
+    if not rows:
+        return None
+    condition = rows[0]
+    for row in rows[1:]:
+        condition |= row
+    return condition
 
 
 def task_state_table_markdown() -> str:

@@ -180,9 +180,12 @@ def test_get_list_and_cancel_a_task(mcp_base, agent, make_agent):
             again: Any = None
         except TaskNotCancelableError as exc:
             again = exc
-        return sent.task.id, got, listed, cancelled, again
+        await collect(client.send_message(send("keep me", at_once=True)))
+        by_state = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_CANCELED))
+        return sent.task.id, got, listed, cancelled, again, by_state
 
-    task_id, got, listed, cancelled, again = run(mcp_base, agent.token, scenario, streaming=False)
+    task_id, got, listed, cancelled, again, by_state = run(mcp_base, agent.token, scenario, streaming=False)
+    assert [t.id for t in by_state.tasks] == [task_id]  # filtered in SQL by the states table's rows
     assert got.id == task_id and got.status.state == TaskState.TASK_STATE_SUBMITTED
     assert [t.id for t in listed.tasks] == [task_id]  # the caller's tasks only
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED and isinstance(again, TaskNotCancelableError)

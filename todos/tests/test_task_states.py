@@ -63,3 +63,41 @@ def test_every_displayed_state_has_a_row():
     named = {part.strip() for row in states.TASK_STATES for part in re.split(r",|\bon\b", row.todo)}
     for condition in states.DISPLAYED:
         assert any(name.startswith(condition.label) for name in named), condition.label
+
+
+@pytest.mark.django_db
+def test_each_rows_filter_holds_exactly_the_todos_that_read_as_it(agent, make_agent):
+    from todos import queue
+    from todos.models import Todo
+
+    worker = make_agent("worker", claim=["jobs"])
+
+    def claimed(**create: Any) -> Any:
+        todo, _ = queue.create(queue="jobs", **create)
+        return queue.claim(todo.id, agent=worker)
+
+    queue.create(queue="jobs", title="pending")
+    queue.create(queue="jobs", title="scheduled", delay_seconds=3600)
+    claimed(title="claimed")
+    retry = claimed(title="retry-waiting")
+    queue.fail(retry.id, agent=worker, lease_id=retry.lease_id, error="again", retry_in_seconds=3600)
+    dead = claimed(title="dead", max_attempts=1)
+    queue.fail(dead.id, agent=worker, lease_id=dead.lease_id, error="dead")
+    token = claimed(title="token")
+    queue.wait(token.id, agent=worker, lease_id=token.lease_id, wait_for={"token": True}, timeout_seconds=600)
+    first, _ = queue.create(queue="other", title="awaited")
+    queue.create(queue="jobs", title="waiting on todos", depends_on=[first.id], agent=agent)
+    done = claimed(title="done")
+    queue.complete(done.id, agent=worker, lease_id=done.lease_id, result={})
+    cancelled, _ = queue.create(queue="jobs", title="cancelled")
+    queue.cancel(cancelled.id, operator="ops")
+
+    seen = set()
+    for todo in Todo.objects.filter(queue="jobs"):
+        rows = [row for row in states.TASK_STATES if Todo.objects.filter(row.q, pk=todo.id).exists()]
+        assert rows == [states.task_state(todo)], todo.title
+        seen.add(rows[0])
+    assert seen == set(states.TASK_STATES)
+    submitted = states.a2a_state_q("TASK_STATE_WORKING")
+    assert submitted is not None and Todo.objects.filter(submitted, queue="jobs").count() == 3
+    assert states.a2a_state_q("TASK_STATE_REJECTED") is None
