@@ -82,6 +82,9 @@ ASGI_APPLICATION = "switchboard.asgi.application"
 ASGI_MOUNTS: dict[str, str] = {
     "/mcp": "todos.mcp.server.application",
     "/.well-known/oauth-protected-resource": "todos.mcp.server.resource_metadata",
+    # A2A v1.0 (issue 33): JSON-RPC and the REST binding, and one Agent Card per queue (?queue=NAME).
+    "/a2a": "todos.a2a.server.application",
+    "/.well-known/agent-card.json": "todos.a2a.server.agent_card",
 }
 # Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
 # server's event loop, and a stop answers every waiting claim at once.

@@ -49,6 +49,17 @@ MAX_TREE_WALK = 10_000
 MAX_LIST_LIMIT = 100  # todos one MCP list_todos answers
 DEFAULT_LIST_LIMIT = 20
 
+# A2A (todos/a2a/, issue 33): a message's id is a key, not data; its parts are bounded again, in bytes, as
+# the todo's payload (MAX_PAYLOAD_BYTES). A stream re-reads its task this often between the wake-ups of a
+# finish (no thread waits in between): how late it shows a claim, progress or a wait for input.
+A2A_MAX_MESSAGE_ID_CHARS = 200
+A2A_MAX_PARTS = 100
+A2A_STREAM_POLL_SECONDS = 2.0
+# MCP Tasks on the 2025-11-25 wire: a client listening on GET /mcp gets notifications/tasks/status for its
+# tasks, found by re-reading them this often (a changed row is seen once, late by at most this much).
+MCP_TASK_STATUS_POLL_SECONDS = 2.0
+MCP_TASK_STATUS_BATCH = 100  # changed tasks one re-read sends; the rest on the next
+
 # --- Queue controls and schedules ---
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
 SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catch_up "all" (the latest)

@@ -157,6 +157,21 @@ def validate_caller_idempotency_key(value: str) -> None:
         )
 
 
+# Sources the task protocols give the todos an agent creates through them (issue 33): MCP Tasks on the
+# 2025-11-25 wire (``mcp-task:<agent key>``, what its tasks/list lists) and A2A (``a2a:<agent key>``, what
+# ListTasks lists). An agent may not claim one for a todo it creates over REST: it would put the todo in
+# another agent's task list.
+TASK_SOURCE_PREFIXES = ("mcp-task:", "a2a:")
+
+
+def validate_caller_source(value: str) -> None:
+    if value.startswith(TASK_SOURCE_PREFIXES):
+        raise ValidationError(
+            f"Sources starting with {' or '.join(repr(p) for p in TASK_SOURCE_PREFIXES)} are reserved for the "
+            "todos of MCP tasks and A2A messages."
+        )
+
+
 # The triage view groups dead-letters by their last error's first this many characters: enough to tell
 # "KeyError 'pr'" from "KeyError 'sha'", short enough that a message with an id or a time at its end
 # still mostly falls in one group.

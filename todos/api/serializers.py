@@ -49,6 +49,7 @@ from todos.models import (
     Todo,
     TodoState,
     validate_caller_idempotency_key,
+    validate_caller_source,
     validate_queue_name,
 )
 from todos.queue import TodoRef
@@ -345,7 +346,9 @@ class TodoCreateInput(StrictInput):
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     payload = BoundedJSONField(required=False, default=dict)
     # Named like Field.source; the metaclass takes it off the class (see TodoSerializer.errors).
-    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")  # type: ignore[assignment]
+    source = serializers.CharField(  # type: ignore[assignment]
+        max_length=100, required=False, allow_blank=True, default="", validators=[validate_caller_source]
+    )
     idempotency_key = serializers.CharField(
         max_length=300,
         required=False,

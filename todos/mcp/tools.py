@@ -307,7 +307,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "claim",
-            "Lease the next todo from your queues (or the one with id). todo is null if none came within "
+            "Lease the next todo from your queues (or the one with id); null if none came within "
             "wait_seconds. Act on it only while you hold the lease: heartbeat, then complete, fail or release.",
             _input(
                 {
@@ -327,8 +327,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease; call every third of it. Optional: progress, checkpoint (JSON handed to the next "
-            "claimer).",
+            "Extend your lease every third of it. Optional: progress, checkpoint (JSON for the next claimer).",
             _input(
                 {
                     "id": _ID,
@@ -351,7 +350,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "fail",
-            "Fail a leased todo; retried with backoff (or after retry_in_seconds) until attempts run out.",
+            "Fail a leased todo; retried with backoff (or retry_in_seconds) until attempts run out.",
             _input({"id": _ID, "lease_id": _LEASE_ID, "error": _STR, "retry_in_seconds": _NUM}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.fail, FailInput),
@@ -394,7 +393,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "list_queues",
-            "Your queues with counts by state and the oldest pending age.",
+            "Your queues: counts by state, oldest pending age.",
             _input({}),
             {"type": "object", "properties": {"queues": {"type": "array"}}, "required": ["queues"]},
             list_queues,
@@ -423,10 +422,14 @@ def _invalid(fields: Any) -> JSONObject:
     return error_body("invalid", "The arguments are invalid.", fields=fields)
 
 
-async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToolResult:
+Runner = Callable[[Agent, Args], Awaitable[JSONObject]]
+
+
+async def call(name: str, agent: Agent, arguments: Args | None, *, run: Runner | None = None) -> types.CallToolResult:
     """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body.
     An unknown tool is not a tool's failure but a bad request: a JSON-RPC error (-32602), as the spec
-    asks."""
+    asks. ``run`` replaces the tool's own function with one taking the same arguments (a task-augmented
+    create_for, todos/mcp/tasks_2025.py)."""
     tool = TOOLS.get(name)
     if tool is None:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name[:100]}")
@@ -434,7 +437,7 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
     if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
         return error_result(_invalid({key: ["Unknown argument."] for key in unknown}))
     try:
-        return tool_result(await tool.run(agent, args))
+        return tool_result(await (run or tool.run)(agent, args))
     except serializers.ValidationError as exc:
         return error_result(_invalid(exc.detail))
     except QueueError as exc:
