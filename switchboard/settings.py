@@ -237,6 +237,23 @@ SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.
 # names it (jobs.*) covers fewer than this many queues; otherwise 400 queue_limit (todos/limits.py says why).
 MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=1000)
 
+# --- Outbound notices (issue 29: todos/notices.py, manage.py notify) ----------------------------
+# Webhooks and callbacks go to public addresses only: a URL resolving to a private, loopback, link-local or
+# reserved address is refused (at input, and on every hop when sent). True only for local development.
+OUTBOUND_ALLOW_PRIVATE_NETWORKS = env.bool("OUTBOUND_ALLOW_PRIVATE_NETWORKS", default=False)
+# Attempts per delivery (webhook, email, callback) before it dead-letters.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
+# Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="switchboard@localhost")
+
 # --- Per-agent budgets (issue 28: an agent token is assumed compromised) ----------------------
 # Each is counted per web process (todos/budgets.py says why): with N processes an agent may have up to
 # N times these. Read through todos/limits.py.

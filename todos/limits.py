@@ -199,3 +199,19 @@ def decision_link_ttl_seconds() -> int:
 def max_open_event_waits_per_agent() -> int:
     """Open event waits one agent may hold (429 beyond): each is probed by every delivery of its source."""
     return int(settings.MAX_OPEN_EVENT_WAITS_PER_AGENT)
+
+
+# --- Outbound notices (issue 29, todos/notices.py, todos/outbound.py) ---
+OUTBOUND_MAX_URL_CHARS = 2000  # an endpoint's or a callback's URL
+OUTBOUND_CONNECT_TIMEOUT_SECONDS = 5.0  # connecting to a receiver
+OUTBOUND_TIMEOUT_SECONDS = 10.0  # reading its answer, and the whole request at most (a slow receiver fails)
+OUTBOUND_MAX_REDIRECTS = 3  # hops followed, each checked by the SSRF guard again
+OUTBOUND_MAX_BODY_BYTES = 256 * 1024  # a webhook's JSON body (a todo's JSON is cut before it grows past this)
+OUTBOUND_MAX_RESPONSE_BYTES = 4 * 1024  # a receiver's answer read into a failure's error, at most
+NOTIFY_LEASE_SECONDS = 60  # a delivery's lease: a send takes at most OUTBOUND_TIMEOUT_SECONDS per hop
+
+
+def notify_max_attempts() -> int:
+    """Attempts per delivery before it dead-letters (settings.NOTIFY_MAX_ATTEMPTS): with the queue's backoff
+    (QUEUE_RETRY_BASE_SECONDS doubling up to its cap), 8 attempts span about 20 minutes at the defaults."""
+    return max(1, int(settings.NOTIFY_MAX_ATTEMPTS))

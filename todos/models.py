@@ -33,6 +33,10 @@ from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
+# Switchboard's own queues (issue 29: outbound notices, todos/notices.py). Their leading "_" is outside
+# QUEUE_NAME_RE, so only the system creates into them (todos/queue/create.py), and an agent's scope reaches
+# them only when it names them with a literal leading "_" (Agent.*_like_patterns).
+SYSTEM_QUEUES = frozenset({"_switchboard.notify"})
 
 
 def new_todo_id() -> str:
@@ -590,6 +594,9 @@ class Agent(models.Model):
     can_manage_queues = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(db_default=Now())
+    # Signs the callbacks of the todos this agent creates (issue 29, Standard Webhooks ``whsec_``), so their
+    # producer can verify them; shown by create_agent. Null until the agent first needs one.
+    webhook_secret = models.CharField(max_length=100, null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name
@@ -736,3 +743,55 @@ class LoginThrottle(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` and 32 random bytes in base64 (todos/notices.py)."""
+    import base64
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class NotifyEndpoint(models.Model):
+    """Where a person's (or a group's) notices go besides email (issue 29): an HTTP receiver that gets each
+    notice as a signed Standard Webhooks POST (todos/notices.py), e.g. a Slack or Teams bridge. Exactly one
+    of ``user`` and ``group``. The URL is checked by the SSRF guard on save (check_outbound_url) and again
+    on every send; the secret is shown once, when the admin creates it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
+    )
+    url = models.URLField(max_length=2000)
+    secret = models.CharField(max_length=100, default=new_webhook_secret, editable=False)
+    active = models.BooleanField(default=True)
+    # The notice events it wants (e.g. wait.asked, wait.reminder); empty: all of them.
+    events = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False),
+                name="notify_endpoint_one_owner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user or self.group} -> {self.url}"
+
+    def wants(self, event: str) -> bool:
+        return not self.events or event in self.events
+
+    def clean(self) -> None:
+        from todos.errors import InvalidTransitionInput
+        from todos.notices import check_outbound_url
+
+        if (self.user_id is None) == (self.group_id is None):
+            raise ValidationError("An endpoint belongs to one user or one group.")
+        try:
+            check_outbound_url(self.url, field="url")
+        except InvalidTransitionInput as exc:  # the API's 400 as a form error
+            raise ValidationError({"url": str(exc)}) from exc

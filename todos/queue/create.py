@@ -22,7 +22,7 @@ from todos.errors import (
 )
 from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
 from todos.metrics import TRANSITIONS, counted
-from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
+from todos.models import QUEUE_NAME_RE, SYSTEM_QUEUES, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
 from todos.queue._common import JSON, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
@@ -175,7 +175,7 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
     if unknown := sorted(item.keys() - _CREATE_FIELD_SET):
         raise _invalid("Unknown field.", unknown[0], index)
     queue = item.get("queue")
-    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+    if not isinstance(queue, str) or not (QUEUE_NAME_RE.match(queue) or (agent is None and queue in SYSTEM_QUEUES)):
         raise _invalid(
             "Queue names are 1-200 characters of letters, digits and . _ : / -, starting with a letter or digit.",
             "queue",
