@@ -60,9 +60,7 @@ def _seconds(value: Any, at: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _bad("A number of seconds.", at)
     if not limits.PEOPLE_REMIND_MIN_SECONDS <= value <= limits.WAIT_TIMEOUT_MAX_SECONDS:
-        raise _bad(
-            f"Between {limits.PEOPLE_REMIND_MIN_SECONDS} and {limits.WAIT_TIMEOUT_MAX_SECONDS} seconds.", at
-        )
+        raise _bad(f"Between {limits.PEOPLE_REMIND_MIN_SECONDS} and {limits.WAIT_TIMEOUT_MAX_SECONDS} seconds.", at)
     return float(value)
 
 
@@ -119,8 +117,10 @@ def parse(value: Any) -> PeopleSpec:
     if not (isinstance(title, str) and 1 <= len(title) <= limits.PEOPLE_TITLE_MAX_CHARS and title.isprintable()):
         raise _bad(f"title is 1 to {limits.PEOPLE_TITLE_MAX_CHARS} printable characters.", f"{at}.title")
     body = value.get("body", "")
-    if not isinstance(body, str) or "\x00" in body or len(body.encode("utf-8", "surrogatepass")) > (
-        limits.PEOPLE_BODY_MAX_BYTES
+    if (
+        not isinstance(body, str)
+        or "\x00" in body
+        or len(body.encode("utf-8", "surrogatepass")) > (limits.PEOPLE_BODY_MAX_BYTES)
     ):
         raise _bad(f"body is markdown of up to {limits.PEOPLE_BODY_MAX_BYTES} bytes.", f"{at}.body")
     decisions = value.get("decisions", ["approve", "reject"])

@@ -92,6 +92,7 @@ DELETE_EXPIRED_LINKS = """
 DELETE FROM todos_decisionlink WHERE token_hash IN (
     SELECT token_hash FROM todos_decisionlink WHERE expires_at < now() ORDER BY expires_at LIMIT %(batch)s
 )
+RETURNING token_hash
 """
 
 # spend (a signed link's first use): the link of this todo, unspent, unexpired, made for the todo's open
