@@ -47,7 +47,7 @@ class PeopleLoginForm(ThrottledAdminLoginForm):
 
 
 login_view = auth_views.LoginView.as_view(
-    template_name="people/login.html", authentication_form=PeopleLoginForm, redirect_authenticated_user=False
+    template_name="people/login.html", authentication_form=PeopleLoginForm, next_page="/inbox/"
 )
 
 

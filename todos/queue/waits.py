@@ -160,6 +160,8 @@ def resolve(
         return rows[0]
     refused = miss(todo_id, agent, "resolve")
     if isinstance(refused, TodoConflict) and refused.state == TodoState.WAITING and _has_open_wait(todo_id):
+        if Waitpoint.objects.filter(todo_id=todo_id, people__isnull=False).exists():
+            raise NotAResolver(f"A person decides this wait, on /decide/{todo_id}/; no agent may resolve it.")
         raise NotAResolver("Only an operator or an agent this wait names in its resolvers may resolve it.")
     raise refused
 
