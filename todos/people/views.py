@@ -52,9 +52,10 @@ login_view = auth_views.LoginView.as_view(
 
 
 def _page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
-    response = render(request, template, context, status=status)
-    response["Referrer-Policy"] = "no-referrer"
-    return response
+    # The pages keep the project's same-origin Referrer-Policy: with no-referrer a browser sends
+    # "Origin: null" on the form's POST, which CSRF's origin check rightly refuses. No page's address
+    # carries a token (the link's answer redirects it away, with no-referrer).
+    return render(request, template, context, status=status)
 
 
 def _to_login(request: HttpRequest) -> HttpResponse:
