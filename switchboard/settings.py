@@ -241,6 +241,9 @@ MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=100
 # Webhooks and callbacks go to public addresses only: a URL resolving to a private, loopback, link-local or
 # reserved address is refused (at input, and on every hop when sent). True only for local development.
 OUTBOUND_ALLOW_PRIVATE_NETWORKS = env.bool("OUTBOUND_ALLOW_PRIVATE_NETWORKS", default=False)
+# Exceptions, exactly: host:port pairs (as in the URL) that may be private, e.g. an internal Slack bridge
+# "bridge.internal:8080". A redirect to any other private address is still refused.
+OUTBOUND_ALLOW_HOSTS = env.list("OUTBOUND_ALLOW_HOSTS", default=[])
 # Attempts per delivery (webhook, email, callback) before it dead-letters.
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
 # Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.

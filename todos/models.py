@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import string
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -55,6 +56,40 @@ def validate_scope(value: str) -> None:
         raise ValidationError("A scope is a queue name or a glob using * and ?, e.g. github.*")
     if wildcards(value) > MAX_SCOPE_WILDCARDS:
         raise ValidationError(f"A scope holds at most {MAX_SCOPE_WILDCARDS} wildcards (* or ?).")
+
+
+_QUEUE_FIRST_CHARS = string.ascii_letters + string.digits  # what QUEUE_NAME_RE lets an agent's queue start with
+
+
+def _without_system_queues(like: str) -> list[str]:
+    """LIKE patterns matching the names ``like`` matches, except those starting with "_" (the system's
+    queues). LIKE cannot say "not _", so a leading wildcard becomes one pattern per allowed first character."""
+    if like.startswith("%"):
+        # % matches the empty run too: then the rest must start the name, and must not reach "_" either.
+        rest = like.lstrip("%")
+        return [c + "%" + rest for c in _QUEUE_FIRST_CHARS] + (_without_system_queues(rest) if rest else [])
+    if like.startswith("_"):
+        return [c + like[1:] for c in _QUEUE_FIRST_CHARS]
+    if like.startswith("\\_"):
+        return []
+    return [like]
+
+
+def scope_like_patterns(scope: str) -> list[str]:
+    """An agent's scope as the LIKE patterns every query filters queues by. A scope reaches Switchboard's own
+    queues (SYSTEM_QUEUES, names starting with "_") only when it starts with a literal "_" itself, an
+    operator's explicit grant: ``*`` covers every agent's queue but never ``_switchboard.notify``."""
+    like = glob_to_like(scope)
+    if scope.startswith("_"):
+        return [like]
+    return _without_system_queues(like)
+
+
+def scope_matches(scopes: Iterable[str], queue: str) -> bool:
+    """The Python side of scope_like_patterns: whether one of ``scopes`` covers ``queue``."""
+    if queue.startswith("_"):
+        scopes = [s for s in scopes if s.startswith("_")]
+    return matches_any(scopes, queue)
 
 
 def glob_to_like(pattern: str) -> str:
@@ -205,6 +240,11 @@ class Todo(models.Model):
     # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
     # but never loosen them.
     spawn_caps = models.JSONField(null=True, blank=True, editable=False)
+    # A producer's callback (issue 29), given at create: {"url", "events": ["done", "dead_lettered"], "agent":
+    # the creator, whose webhook_secret signs it, "max_attempts"}. Null for a plain create (no bytes beyond the
+    # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
+    # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
+    callback = models.JSONField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -608,20 +648,22 @@ class Agent(models.Model):
         self.token_prefix = token[:10]
         return token
 
+    # Scopes as LIKE patterns (scope_like_patterns: none reaches a system queue unless it names one with a
+    # literal leading "_").
     def claim_like_patterns(self) -> list[str]:
-        return [glob_to_like(s) for s in self.claim_scopes]
+        return [p for s in self.claim_scopes for p in scope_like_patterns(s)]
 
     def create_like_patterns(self) -> list[str]:
-        return [glob_to_like(s) for s in self.create_scopes]
+        return [p for s in self.create_scopes for p in scope_like_patterns(s)]
 
     def visible_like_patterns(self) -> list[str]:
         return sorted({*self.claim_like_patterns(), *self.create_like_patterns()})
 
     def may_create_in(self, queue: str) -> bool:
-        return matches_any(self.create_scopes, queue)
+        return scope_matches(self.create_scopes, queue)
 
     def may_claim_from(self, queue: str) -> bool:
-        return matches_any(self.claim_scopes, queue)
+        return scope_matches(self.claim_scopes, queue)
 
     def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
         """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
@@ -764,7 +806,9 @@ class NotifyEndpoint(models.Model):
     group = models.ForeignKey(
         "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
     )
-    url = models.URLField(max_length=2000)
+    url = models.CharField(
+        max_length=2000, help_text="http(s); checked against private addresses on save and on every send."
+    )
     secret = models.CharField(max_length=100, default=new_webhook_secret, editable=False)
     active = models.BooleanField(default=True)
     # The notice events it wants (e.g. wait.asked, wait.reminder); empty: all of them.

@@ -100,7 +100,9 @@ def _refused_address(address: str) -> bool:
 def vet_outbound_url(url: str, *, field: str) -> Pinned:
     """The guard itself: ``url`` must be http(s) with a host, and every address that host resolves to must
     be public (not private, loopback, link-local, reserved, multicast or unspecified) unless
-    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS. Raises InvalidTransitionInput (a 400 naming ``field``)."""
+    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS, or the URL's ``host:port`` is one of
+    settings.OUTBOUND_ALLOW_HOSTS (an operator's internal bridge, exactly). Raises InvalidTransitionInput (a
+    400 naming ``field``)."""
 
     def refuse(why: str) -> InvalidTransitionInput:
         return InvalidTransitionInput(why, field=field)
@@ -127,7 +129,7 @@ def vet_outbound_url(url: str, *, field: str) -> Pinned:
     addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise refuse(f"The host {host!r} does not resolve.")
-    if not settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS:
+    if not settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS and f"{host}:{port}" not in settings.OUTBOUND_ALLOW_HOSTS:
         for address in addresses:
             if _refused_address(address):
                 raise refuse(

@@ -40,6 +40,7 @@ from todos.limits import (
     MAX_QUEUE_LIMIT,
     MAX_RETRY_IN_SECONDS,
     MAX_TREE_DEPTH,
+    OUTBOUND_MAX_URL_CHARS,
     WAIT_TIMEOUT_MAX_SECONDS,
 )
 from todos.models import (
@@ -325,6 +326,19 @@ class SpawnCapsInput(StrictInput):
     max_descendants = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
 
 
+class CallbackInput(StrictInput):
+    """Where to POST the todo when it is done or dead-lettered: a signed Standard Webhooks request."""
+
+    url = serializers.CharField(max_length=OUTBOUND_MAX_URL_CHARS)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=["done", "dead_lettered"]),
+        required=False,
+        min_length=1,
+        max_length=2,
+        help_text="Default both.",
+    )
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
@@ -389,6 +403,14 @@ class TodoCreateInput(StrictInput):
         default=None,
         help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
         "(the smaller holds). Not with parent.",
+    )
+    callback = CallbackInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="{url, events}: a signed webhook (todo.done / todo.dead_lettered, the todo's JSON) to url when "
+        "the todo gets there, signed with your agent's webhook_secret (docs/producers.md). A private or loopback "
+        "URL is a 400 naming callback.url.",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -263,14 +263,15 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "assignee": _STR,
     "idempotency_key": {"type": "string", "description": "Same key, queue: that todo."},
     "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first; 0."},
-    "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, an offset)."},
+    "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, offset)."},
     "delay_seconds": {"type": "number", "minimum": 0, "description": "Not with run_at."},
-    "fair_key": {"type": "string", "description": "Fair queues: whose share it takes."},
+    "fair_key": {"type": "string", "description": "Fair queues: whose share."},
     "traceparent": _STR,  # W3C Trace Context: the name says it
-    "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first (<=100)."},
+    "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first."},
     "on_dependency_failure": {"enum": ["cancel", "run"]},
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
     "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
+    "callback": {},  # {url, events}: a signed webhook when done or dead-lettered, as REST's
 }
 
 TOOLS: dict[str, Tool] = {

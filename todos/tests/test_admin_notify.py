@@ -1,0 +1,62 @@
+"""The admin of notify endpoints (issue 29): the SSRF guard on save, the signing secret shown once on
+creation and on rotation; an agent's webhook_secret readable by staff who manage agents."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from todos.models import Agent, NotifyEndpoint
+
+
+def test_adding_an_endpoint_shows_its_secret_once(admin_client, settings):
+    ann = User.objects.create_user("ann")
+    response = admin_client.post(
+        reverse("admin:todos_notifyendpoint_add"),
+        {"user": ann.pk, "url": "http://127.0.0.1:9/hook", "active": "on", "events": ""},
+    )
+    assert response.status_code == 200, response.content[:2000]
+    endpoint = NotifyEndpoint.objects.get()
+    assert endpoint.secret.startswith("whsec_") and endpoint.secret in response.content.decode()
+    assert "no-store" in response["Cache-Control"]
+    page = admin_client.get(reverse("admin:todos_notifyendpoint_change", args=[endpoint.pk])).content.decode()
+    assert endpoint.secret not in page
+
+
+def test_an_endpoint_to_a_private_address_is_refused_by_the_form(admin_client, settings):
+    settings.OUTBOUND_ALLOW_PRIVATE_NETWORKS = False
+    ann = User.objects.create_user("ann")
+    response = admin_client.post(
+        reverse("admin:todos_notifyendpoint_add"), {"user": ann.pk, "url": "http://169.254.169.254/", "active": "on"}
+    )
+    assert response.status_code == 200 and not NotifyEndpoint.objects.exists()
+    assert "private, loopback, link-local or reserved" in response.content.decode()
+
+
+def test_an_endpoint_needs_one_owner(admin_client):
+    response = admin_client.post(
+        reverse("admin:todos_notifyendpoint_add"), {"url": "http://127.0.0.1:9/", "active": "on"}
+    )
+    assert response.status_code == 200 and not NotifyEndpoint.objects.exists()
+
+
+def test_rotating_shows_the_new_secret(admin_client):
+    ann = User.objects.create_user("ann")
+    endpoint = NotifyEndpoint.objects.create(user=ann, url="http://127.0.0.1:9/hook")
+    old = endpoint.secret
+    response = admin_client.post(
+        reverse("admin:todos_notifyendpoint_changelist"), {"action": "rotate_secret", "_selected_action": [endpoint.pk]}
+    )
+    endpoint.refresh_from_db()
+    assert endpoint.secret != old and endpoint.secret in response.content.decode()
+
+
+def test_an_agent_added_in_the_admin_gets_a_webhook_secret_shown_on_its_page(admin_client):
+    admin_client.post(
+        reverse("admin:todos_agent_add"),
+        {"name": "producer", "claim_scopes": "jobs", "create_scopes": "jobs", "is_active": "on"},
+    )
+    agent = Agent.objects.get(name="producer")
+    assert agent.webhook_secret and agent.webhook_secret.startswith("whsec_")
+    page = admin_client.get(reverse("admin:todos_agent_change", args=[agent.pk])).content.decode()
+    assert agent.webhook_secret in page
