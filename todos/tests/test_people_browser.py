@@ -6,17 +6,23 @@ test_admin_browser.py."""
 
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.db.models.functions import Now
 
 from todos import notices, queue
 from todos.models import Todo, TodoState, Waitpoint
+from todos.tests.outbound_receivers import smtp
 from todos.tests.test_admin_browser import CHROMIUM, LAUNCH_ARGS
 from todos.tests.test_people_waits import DAY, people
+
+__all__ = ["smtp"]  # the fixture, imported for pytest
 
 IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 PHONE = {"width": 390, "height": 844}  # an iPhone 12-15's CSS pixels
@@ -155,3 +161,35 @@ def test_the_inbox_and_the_decision_page_at_desktop_size(live_server, folks, mak
     assert seen["inbox"].index("Send the refund?") < seen["inbox"].index("Merge PR 88 into main?")
     assert "mailer" in seen["inbox"] and "reviewer" in seen["inbox"] and "reminded" in seen["inbox"]
     assert Todo.objects.get(pk=first.id).state == TodoState.WAITING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_end_to_end_the_sidecar_emails_the_link_and_the_browser_approves(
+    live_server, folks, make_agent, make_todo, smtp, settings
+):
+    """The whole path: an agent asks, ``manage.py notify`` sends the email through Django's SMTP backend to
+    a real SMTP server on loopback, and Chromium opens the link in that email and approves."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = smtp.host, smtp.port
+    todo = asked(make_agent, make_todo, users=["dana"], groups=[])
+    call_command("notify", once=True, stdout=io.StringIO())
+    assert [m["To"] for m in smtp.messages] == ["dana@example.com"]
+    message = smtp.messages[0]
+    assert "Send the refund?" in message["Subject"]
+    bodies = [part.get_payload(decode=True).decode() for part in message.walk() if not part.is_multipart()]
+    links = {m for body in bodies for m in re.findall(r"https?://[^\s\"<>]+/decide/[^\s\"<>]+\?t=dl_[\w-]+", body)}
+    assert len(links) == 1
+    (link,) = links
+
+    def flow(browser: Any) -> str:
+        page = browser.new_context(viewport=PHONE, is_mobile=True).new_page()
+        page.set_default_timeout(20_000)
+        page.goto(link)
+        page.click("button[value=approve]")
+        page.wait_for_selector("text=Thank you")
+        return str(page.locator("main").inner_text())
+
+    assert "Decided: approve" in in_browser(flow)
+    todo.refresh_from_db()
+    assert todo.state == TodoState.PENDING
+    assert todo.resolution["by"] == "person" and todo.resolution["decided_by"] == "dana"
