@@ -13,6 +13,7 @@ from django.test import Client
 
 from todos import notices
 from todos.models import DecisionLink, Todo, TodoState, Waitpoint
+from todos.tests.test_admin import _messages, _post_action
 from todos.tests.test_people_waits import ask, folks, people
 
 __all__ = ["folks"]  # the fixture, imported for pytest
@@ -193,3 +194,31 @@ def test_an_operator_reassigns_from_the_page_and_it_is_recorded(api, make_todo, 
         f"/decide/{todo_id}/", {"csrfmiddlewaretoken": csrf(page), "action": "reassign", "users": "mallory"}
     )
     assert refused.status_code == 403
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_the_admins_approve_and_reject_decide_a_question_as_a_person(api, make_todo, folks, admin_client, verdict):
+    todo_id = ask(api, make_todo).json()["id"]
+    response = _post_action(admin_client, verdict, [todo_id], confirm="yes", note="seen by ops")
+    verb = "approved" if verdict == "approve" else "rejected"
+    assert _messages(response) == [f"1 {verb}."]
+    resolution = Todo.objects.get(pk=todo_id).resolution
+    assert resolution["by"] == "person" and resolution["decision"] == verdict
+    assert resolution["decided_by"] == "admin" and resolution["text"] == "seen by ops"
+
+
+@pytest.mark.django_db
+def test_a_question_whose_notices_dead_lettered_is_still_in_the_inbox_and_decidable(api, make_todo, folks):
+    todo_id = ask(api, make_todo).json()["id"]
+    Todo.objects.filter(queue=notices.NOTIFY_QUEUE).update(
+        state=TodoState.FAILED, attempt=8, max_attempts=8, errors=[{"error": "could not connect"}]
+    )
+    erin = browser()
+    erin.force_login(folks["erin"])
+    assert [item["todo"] for item in erin.get("/inbox/?format=json").json()["waiting"]] == [todo_id]
+    page = erin.get(f"/decide/{todo_id}/")
+    assert (
+        erin.post(f"/decide/{todo_id}/", {"csrfmiddlewaretoken": csrf(page), "decision": "approve"}).status_code == 200
+    )
+    assert Todo.objects.get(pk=todo_id).state == TodoState.PENDING

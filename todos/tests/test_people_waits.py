@@ -280,3 +280,44 @@ def test_a_timed_out_wait_for_people_cannot_be_decided(api, make_todo, folks):
     assert queue.reap_once(batch=10).waits_timed_out == 1
     with pytest.raises(Exception, match="ended"):
         queue.decide(todo_id, user=folks["dana"], decision="approve")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_reapers_at_once_remind_and_escalate_each_wait_exactly_once(api, make_todo, folks):
+    Group.objects.get(name="managers").user_set.add(folks["mallory"])
+    wait_for = people(remind_after_seconds=60, escalate_after_seconds=120, escalate_to={"groups": ["managers"]})
+    ids = [ask(api, make_todo, wait_for).json()["id"] for _ in range(6)]
+    Waitpoint.objects.filter(pk__in=ids).update(
+        remind_at=Now() - timedelta(seconds=1), escalate_at=Now() - timedelta(seconds=1)
+    )
+    barrier = threading.Barrier(2)
+    swept: list[Any] = []
+
+    def reap() -> None:
+        try:
+            barrier.wait()
+            swept.append(queue.reap_once(batch=2))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=reap) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(r.people_reminded for r in swept) == 6 and sum(r.people_escalated for r in swept) == 6
+    for todo in Todo.objects.filter(pk__in=ids):
+        history = [e["error"] for e in todo.errors]
+        assert history.count("people reminded") == 1 and history.count("people escalated") == 1
+    reminders = Todo.objects.filter(queue=notices.NOTIFY_QUEUE, payload__notice__event="wait.reminder")
+    escalations = Todo.objects.filter(queue=notices.NOTIFY_QUEUE, payload__notice__event="wait.escalated")
+    assert reminders.count() == 6 * 2 and escalations.count() == 6  # dana and erin each; mallory (managers)
+
+
+@pytest.mark.django_db
+def test_a_token_wait_still_works_beside_people_waits(api, make_todo, folks):
+    answer = ask(api, make_todo, {"token": True})
+    assert answer.status_code == 200
+    wait = Waitpoint.objects.get(pk=answer.json()["id"])
+    assert wait.people is None and wait.decider_users == [] and wait.remind_at is None
+    assert queue.resolve_token(answer.json()["waitpoint"]["token"], data={"ok": True}).state == TodoState.PENDING
