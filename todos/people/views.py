@@ -42,6 +42,11 @@ _SHOWN_JSON_CHARS = 20_000  # the payload and arguments shown on the page, each
 class PeopleLoginForm(ThrottledAdminLoginForm):
     """The admin's throttled login (todos/admin/login.py), for anyone active: deciders need not be staff."""
 
+    error_messages = {
+        **ThrottledAdminLoginForm.error_messages,
+        "invalid_login": AuthenticationForm.error_messages["invalid_login"],
+    }
+
     def confirm_login_allowed(self, user: Any) -> None:
         AuthenticationForm.confirm_login_allowed(self, user)
 

@@ -164,3 +164,15 @@ def test_a_huge_question_is_refused_before_anything_is_stored(api, make_todo, fo
     answer = ask(api, make_todo, huge)
     assert answer.status_code == 400 and list(answer.json()["error"]["fields"]) == ["for.people"]
     assert not Waitpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_peoples_login_is_throttled_like_the_admins(folks, settings):
+    settings.ADMIN_LOGIN_MAX_FAILURES = 3
+    browser = Client()
+    for _ in range(3):
+        wrong = browser.post("/login/", {"username": "dana", "password": "wrong-guess"})
+        assert wrong.status_code == 200 and "correct username and password" in wrong.content.decode()
+    locked = browser.post("/login/", {"username": "dana", "password": "pw-dana-123"})
+    assert locked.status_code == 200 and "Too many failed logins" in locked.content.decode()
+    assert "_auth_user_id" not in browser.session
