@@ -95,7 +95,9 @@ def _host_header(pinned: Pinned) -> str:
     return host if pinned.port == default else f"{host}:{pinned.port}"
 
 
-def _post_pinned(client: httpx.Client, pinned: Pinned, body: bytes, headers: dict[str, str]) -> httpx.Response:
+def _post_pinned(
+    client: httpx.Client, pinned: Pinned, body: bytes, headers: dict[str, str], deadline: float
+) -> httpx.Response:
     """POST to the guard's addresses in turn (the first that connects), never resolving the name again."""
     last: Exception | None = None
     for address in pinned.addresses:
@@ -112,7 +114,7 @@ def _post_pinned(client: httpx.Client, pinned: Pinned, body: bytes, headers: dic
             last = exc
             continue
         try:
-            response.read() if _short(response) else _read_bounded(response)
+            response.read() if _short(response) else _read_bounded(response, deadline)
         finally:
             response.close()
         return response
@@ -124,13 +126,13 @@ def _short(response: httpx.Response) -> bool:
     return length is not None and length.isdigit() and int(length) <= OUTBOUND_MAX_RESPONSE_BYTES
 
 
-def _read_bounded(response: httpx.Response) -> None:
+def _read_bounded(response: httpx.Response, deadline: float) -> None:
     """Read at most OUTBOUND_MAX_RESPONSE_BYTES of a receiver's answer (the rest is dropped with the
-    connection): an endless answer cannot hold the sender."""
+    connection), until the send's deadline: an endless or dripping answer cannot hold the sender."""
     taken = bytearray()
     for chunk in response.iter_raw():
         taken += chunk
-        if len(taken) >= OUTBOUND_MAX_RESPONSE_BYTES:
+        if len(taken) >= OUTBOUND_MAX_RESPONSE_BYTES or time.monotonic() > deadline:
             break
     response._content = bytes(taken[:OUTBOUND_MAX_RESPONSE_BYTES])
 
@@ -144,14 +146,17 @@ def post_webhook(url: str, secret: str, msg_id: str, payload: Any, *, field: str
     timeout = httpx.Timeout(OUTBOUND_TIMEOUT_SECONDS, connect=OUTBOUND_CONNECT_TIMEOUT_SECONDS)
     with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
         current = url
+        deadline = time.monotonic() + OUTBOUND_TIMEOUT_SECONDS
         for hop in range(OUTBOUND_MAX_REDIRECTS + 1):
+            if time.monotonic() > deadline:
+                raise DeliveryFailed(f"no answer within {OUTBOUND_TIMEOUT_SECONDS:g} s (after {hop} redirects)")
             try:
                 pinned = vet_outbound_url(current, field=field)
             except InvalidTransitionInput as exc:
                 where = "" if hop == 0 else f" (redirect {hop})"
                 raise DeliveryFailed(f"refused{where}: {current}: {exc.detail}", permanent=True) from exc
             try:
-                response = _post_pinned(client, pinned, body, headers)
+                response = _post_pinned(client, pinned, body, headers, deadline)
             except httpx.HTTPError as exc:
                 raise DeliveryFailed(f"{type(exc).__name__} from {pinned.host}: {exc}") from exc
             location = response.headers.get("location")

@@ -45,7 +45,17 @@ from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_SELECTED, MAX_TREE_CHILDREN_SHOWN
-from todos.models import Agent, NotifyEndpoint, Queue, Schedule, Todo, TodoState, Waitpoint, new_webhook_secret
+from todos.models import (
+    SYSTEM_QUEUES,
+    Agent,
+    NotifyEndpoint,
+    Queue,
+    Schedule,
+    Todo,
+    TodoState,
+    Waitpoint,
+    new_webhook_secret,
+)
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -261,7 +271,11 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     # --- the detail page ------------------------------------------------------------------------
     @admin.display(description="payload")
     def payload_json(self, obj: Todo) -> SafeString:
-        return show.pretty_json(obj.payload)
+        payload = obj.payload
+        if obj.queue in SYSTEM_QUEUES and isinstance(payload, dict) and "secret" in payload:
+            # A delivery to a URL carries its signing secret (todos/notices.py, notify_url): not for show.
+            payload = {**payload, "secret": "whsec_… (hidden)"}
+        return show.pretty_json(payload)
 
     @admin.display(description="progress")
     def progress_json(self, obj: Todo) -> SafeString:

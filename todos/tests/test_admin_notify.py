@@ -60,3 +60,15 @@ def test_an_agent_added_in_the_admin_gets_a_webhook_secret_shown_on_its_page(adm
     assert agent.webhook_secret and agent.webhook_secret.startswith("whsec_")
     page = admin_client.get(reverse("admin:todos_agent_change", args=[agent.pk])).content.decode()
     assert agent.webhook_secret in page
+
+
+def test_a_deliverys_signing_secret_is_hidden_on_its_admin_page(admin_client):
+    from todos.notices import Notice, notify_url
+
+    delivery = notify_url(
+        url="http://127.0.0.1:9/cb",
+        secret="whsec_c2VjcmV0c2VjcmV0",
+        notice=Notice(key="k", event="e", subject="s", text="t"),
+    )
+    page = admin_client.get(reverse("admin:todos_todo_change", args=[delivery])).content.decode()
+    assert "http://127.0.0.1:9/cb" in page and "whsec_c2VjcmV0c2VjcmV0" not in page

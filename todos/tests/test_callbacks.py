@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import json
 from io import StringIO
+from typing import Any
 
+import pytest
 from django.core.management import call_command
 from standardwebhooks import Webhook
 
 from todos import queue
 from todos.models import Agent, Todo
 from todos.notices import NOTIFY_QUEUE
+from todos.tests.mcp_live import mcp_base
+from todos.tests.test_mcp_tools import error, ok, run
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
 
 
 def run_notify() -> str:
@@ -104,3 +110,18 @@ def test_create_agent_shows_its_webhook_secret(db):
     call_command("create_agent", "producer", "--queues", "jobs", stdout=out, stderr=err)
     secret = Agent.objects.get(name="producer").webhook_secret
     assert secret and secret.startswith("whsec_") and secret in err.getvalue() and secret not in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)  # the live server reads the agent from its own connection
+def test_mcp_create_for_takes_a_callback_and_refuses_a_bad_one_naming_it(mcp_base, agent, receiver):
+    async def scenario(client: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        made = ok(await client.call_tool("create_for", {"queue": "jobs", "callback": {"url": receiver.url}}))
+        refused = error(
+            await client.call_tool("create_for", {"queue": "jobs", "callback": {"url": "file:///etc/passwd"}})
+        )
+        return made, refused
+
+    made, refused = run(mcp_base, agent.token, scenario)
+    assert Todo.objects.get(pk=made["todo"]["id"]).callback["url"] == receiver.url
+    assert "callback.url" in json.dumps(refused)
+    assert Todo.objects.count() == 1

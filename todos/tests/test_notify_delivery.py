@@ -92,6 +92,7 @@ def test_an_email_reaches_the_smtp_server_with_its_links_as_buttons(db, smtp, se
 
 def test_a_receiver_that_is_down_is_retried_with_backoff_then_dead_lettered(db, receiver, settings, admin_client):
     settings.NOTIFY_MAX_ATTEMPTS = 2
+    settings.QUEUE_RETRY_BASE_SECONDS = 3600  # full jitter over an hour: not due again within this test
     down = receiver.url.rsplit(":", 1)[0] + ":9"  # nothing listens on the discard port
     todo_id = notify_url(url=down + "/cb", secret="whsec_c2VjcmV0", notice=NOTICE)
     assert run_notify() == "sent=0 failed=1\n"
@@ -128,3 +129,13 @@ def test_the_body_is_json_of_the_notice(db, receiver):
     run_notify()
     body = json.loads(receiver.requests[0].body)
     assert body["type"] == "wait.asked" and receiver.requests[0].headers["webhook-id"] == todo_id
+
+
+def test_a_drain_tries_a_delivery_once_even_when_its_retry_is_due_at_once(db, settings):
+    settings.QUEUE_RETRY_BASE_SECONDS = 0.000001  # the jittered backoff comes out as good as zero
+    todo_id = notify_url(url="http://127.0.0.1:9/cb", secret="whsec_c2VjcmV0", notice=NOTICE)
+    assert run_notify() == "sent=0 failed=1\n"  # it ends, having tried the delivery once
+    assert Todo.objects.get(id=todo_id).attempt == 1  # given back (pending) if its retry was due at once
+    Todo.objects.filter(id=todo_id, state=TodoState.FAILED).update(next_retry_at="2000-01-01T00:00:00Z")
+    assert run_notify() == "sent=0 failed=1\n"
+    assert Todo.objects.get(id=todo_id).attempt == 2

@@ -51,17 +51,29 @@ def send_one(agent: Agent, todo: Todo) -> str:
 
 
 def drain(agent: Agent, *, should_stop: Any = lambda: False) -> dict[str, int]:
-    """Claim and send until the queue has nothing claimable (or should_stop())."""
+    """Claim and send until the queue has nothing claimable (or should_stop()). A delivery tried once in
+    this drain is not tried again in it: a retry whose jittered backoff came out near zero is given back
+    (release) for the next drain, so a drain always ends."""
     counts = {"sent": 0, "failed": 0}
+    tried: set[str] = set()
     while not should_stop():
         todos = queue.claim_next(agent=agent, queues=[NOTIFY_QUEUE], limit=BATCH, lease_seconds=NOTIFY_LEASE_SECONDS)
         if not todos:
             break
+        again = False
         for todo in todos:
             try:
+                if todo.id in tried:
+                    assert todo.lease_id is not None
+                    queue.release(todo.id, agent=agent, lease_id=todo.lease_id)
+                    again = True
+                    continue
+                tried.add(todo.id)
                 counts[send_one(agent, todo)] += 1
             except QueueError as exc:  # the lease lapsed meanwhile: another sidecar has it now
                 logger.warning("delivery %s: %s", todo.id, exc)
+        if again:
+            break
     return counts
 
 
