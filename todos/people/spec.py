@@ -86,6 +86,8 @@ class PeopleSpec:
             "body": self.body,
             "decisions": self.decisions,
             "edit_schema": self.edit_schema,
+            # jsonb keeps an object's keys in its own order: the form's fields keep the agent's.
+            "field_order": list((self.edit_schema or {}).get("properties", {})),
             "arguments": self.arguments,
             "remind_after_seconds": self.remind_after,
             "escalate_after_seconds": self.escalate_after,

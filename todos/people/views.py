@@ -119,10 +119,12 @@ def _edited(request: HttpRequest, schema: dict[str, Any]) -> dict[str, Any]:
     return edited
 
 
-def _fields(schema: dict[str, Any] | None, values: dict[str, Any]) -> list[dict[str, Any]]:
+def _fields(schema: dict[str, Any] | None, values: dict[str, Any], order: list[str]) -> list[dict[str, Any]]:
     if not schema:
         return []
     required = set(schema.get("required", []))
+    properties = schema["properties"]
+    names = [n for n in order if n in properties] + [n for n in properties if n not in order]
     return [
         {
             "name": name,
@@ -137,7 +139,7 @@ def _fields(schema: dict[str, Any] | None, values: dict[str, Any]) -> list[dict[
             "maximum": spec.get("maximum"),
             "value": values.get(name, ""),
         }
-        for name, spec in schema["properties"].items()
+        for name, spec in ((n, properties[n]) for n in names)
     ]
 
 
@@ -211,7 +213,7 @@ def decide(request: HttpRequest, todo_id: str) -> HttpResponse:
         body=markdown.render(str(people.get("body", ""))),
         payload=_shown(todo.payload),
         arguments=_shown(people.get("arguments") or {}),
-        fields=_fields(people.get("edit_schema"), values),
+        fields=_fields(people.get("edit_schema"), values, list(people.get("field_order") or [])),
         decisions=people.get("decisions", []),
         error=error,
         operator=not by_link and is_operator(request.user),
