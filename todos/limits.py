@@ -188,6 +188,9 @@ PEOPLE_SCHEMA_MAX_ENUM = 100  # choices of one enum field: a select box
 PEOPLE_SCHEMA_MAX_STRING_CHARS = 10_000  # a string field's maxLength (and an edited string without one)
 PEOPLE_TEXT_MAX_CHARS = 4_000  # a respond's text, or a note with any decision
 PEOPLE_REMIND_MIN_SECONDS = 60  # remind_after_seconds / escalate_after_seconds: not a notice storm
+PEOPLE_LABEL_MAX_CHARS = 200  # an edit field's name, title or description: a label on the page
+PEOPLE_INBOX_MAX = 500  # questions one inbox page lists, oldest first: more than a person works through
+PEOPLE_SHOWN_JSON_CHARS = 20_000  # the payload and the arguments on the decision page, each, before "truncated"
 
 
 def decision_link_ttl_seconds() -> int:

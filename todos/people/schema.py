@@ -18,7 +18,7 @@ from todos.errors import InvalidTransitionInput
 FIELD_TYPES = ("string", "integer", "number", "boolean")
 _FIELD_KEYWORDS = {"type", "enum", "maxLength", "minimum", "maximum", "title", "description"}
 _OBJECT_KEYWORDS = {"type", "properties", "required", "title", "description"}
-_LABEL_MAX = 200
+_LABEL_MAX = limits.PEOPLE_LABEL_MAX_CHARS
 
 
 def _bad(detail: str, name: str) -> InvalidTransitionInput:

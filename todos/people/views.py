@@ -36,7 +36,6 @@ from todos.queue.people import is_operator, may_decide
 from todos.rows import fetchall
 
 GRANTS = "people_grants"  # session key: {todo_id: [user id, the wait's created_at]} from spent links
-_SHOWN_JSON_CHARS = 20_000  # the payload and arguments shown on the page, each
 
 
 class PeopleLoginForm(ThrottledAdminLoginForm):
@@ -145,7 +144,8 @@ def _fields(schema: dict[str, Any] | None, values: dict[str, Any], order: list[s
 
 def _shown(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= _SHOWN_JSON_CHARS else text[:_SHOWN_JSON_CHARS] + "\n… (truncated)"
+    top = limits.PEOPLE_SHOWN_JSON_CHARS
+    return text if len(text) <= top else text[:top] + "\n… (truncated)"
 
 
 @never_cache
@@ -251,7 +251,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
             "operator": False,  # an operator's inbox is what asks them; the admin lists every wait
             "user_id": user.pk,
             "groups": list(user.groups.values_list("pk", flat=True)),
-            "limit": limits.MAX_LIST_LIMIT * 5,
+            "limit": limits.PEOPLE_INBOX_MAX,
         },
     )
     now = timezone.now()
