@@ -227,8 +227,9 @@ def test_two_concurrent_decisions_one_wins_the_other_sees_it_was_decided(api, ma
 
 
 def _due(todo_id: str, column: str) -> None:
-    """Move the clock: the wait's reminder (or escalation) time is in the past."""
-    Waitpoint.objects.filter(pk=todo_id).update(**{column: Now() - timedelta(seconds=1)})
+    """Move the clock: the wait's reminder (or escalation) time is in the past. An hour back: Django's Now()
+    is the statement's time, the sweep's now() the test transaction's start, seconds earlier."""
+    Waitpoint.objects.filter(pk=todo_id).update(**{column: Now() - timedelta(hours=1)})
 
 
 @pytest.mark.django_db
@@ -276,7 +277,7 @@ def test_a_reassignment_is_recorded_and_moves_who_may_decide(api, make_todo, fol
 @pytest.mark.django_db
 def test_a_timed_out_wait_for_people_cannot_be_decided(api, make_todo, folks):
     todo_id = ask(api, make_todo).json()["id"]
-    Waitpoint.objects.filter(pk=todo_id).update(timeout_at=Now() - timedelta(seconds=1))
+    Waitpoint.objects.filter(pk=todo_id).update(timeout_at=Now() - timedelta(hours=1))
     assert queue.reap_once(batch=10).waits_timed_out == 1
     with pytest.raises(Exception, match="ended"):
         queue.decide(todo_id, user=folks["dana"], decision="approve")
@@ -288,7 +289,7 @@ def test_two_reapers_at_once_remind_and_escalate_each_wait_exactly_once(api, mak
     wait_for = people(remind_after_seconds=60, escalate_after_seconds=120, escalate_to={"groups": ["managers"]})
     ids = [ask(api, make_todo, wait_for).json()["id"] for _ in range(6)]
     Waitpoint.objects.filter(pk__in=ids).update(
-        remind_at=Now() - timedelta(seconds=1), escalate_at=Now() - timedelta(seconds=1)
+        remind_at=Now() - timedelta(hours=1), escalate_at=Now() - timedelta(hours=1)
     )
     barrier = threading.Barrier(2)
     swept: list[Any] = []
