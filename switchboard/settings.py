@@ -244,6 +244,9 @@ OUTBOUND_ALLOW_PRIVATE_NETWORKS = env.bool("OUTBOUND_ALLOW_PRIVATE_NETWORKS", de
 # Exceptions, exactly: host:port pairs (as in the URL) that may be private, e.g. an internal Slack bridge
 # "bridge.internal:8080". A redirect to any other private address is still refused.
 OUTBOUND_ALLOW_HOSTS = env.list("OUTBOUND_ALLOW_HOSTS", default=[])
+# A PEM file of the CAs that https webhooks' certificates are checked against, instead of certifi's (an
+# internal CA). Empty: certifi's bundle, as httpx uses by default.
+OUTBOUND_CA_BUNDLE = env.str("OUTBOUND_CA_BUNDLE", default="")
 # Attempts per delivery (webhook, email, callback) before it dead-letters.
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
 # Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.

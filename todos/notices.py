@@ -175,7 +175,8 @@ def notify_users(
     ids. Channels: each active NotifyEndpoint of each user and of each group whose ``events`` want
     ``notice.event`` (a group's endpoint gets the notice once), and an email to each user with an address,
     the groups' active members included (each person once). ``links_for(user)``, if given, replaces
-    ``notice.links`` in that user's email (per-person signed links); webhooks get ``notice.links``.
+    ``notice.links`` in that user's email and in the webhooks to that user's own endpoints (per-person
+    signed links; called once per person); a group's endpoint gets ``notice.links``.
     Idempotent per (notice.key, recipient, channel): the delivery's idempotency key is
     ``notify:<notice.key>:<channel>:<recipient>``, held while the delivery is unsent."""
     from django.contrib.auth import get_user_model
@@ -190,31 +191,40 @@ def notify_users(
         for member in members:
             people.setdefault(member.pk, member)
     items: list[dict[str, Any]] = []
+    links_of: dict[Any, dict[str, str]] = {}
+
+    def links(person: Any) -> dict[str, str] | None:
+        if links_for is None:
+            return None
+        if person.pk not in links_of:
+            links_of[person.pk] = links_for(person)
+        return links_of[person.pk]
+
     endpoints = NotifyEndpoint.objects.filter(active=True, user_id__in=[u.pk for u in user_list]) | (
         NotifyEndpoint.objects.filter(active=True, group__in=group_list)
     )
     for endpoint in endpoints.order_by("id"):
         if not endpoint.wants(notice.event):
             continue
+        own = links(people[endpoint.user_id]) if endpoint.user_id is not None else None
         items.append(
             _item(
                 "notify.webhook",
                 f"{notice.event} to endpoint {endpoint.pk}: {notice.subject}",
                 f"notify:{notice.key}:webhook:{endpoint.pk}",
-                {"channel": "webhook", "endpoint": endpoint.pk, "notice": notice.as_json()},
+                {"channel": "webhook", "endpoint": endpoint.pk, "notice": notice.as_json(own)},
             )
         )
     for pk, person in sorted(people.items(), key=lambda kv: str(kv[0])):
         address = getattr(person, "email", "") or ""
         if not address or not getattr(person, "is_active", True):
             continue
-        links = links_for(person) if links_for is not None else None
         items.append(
             _item(
                 "notify.email",
                 f"{notice.event} to {person.get_username()}: {notice.subject}",
                 f"notify:{notice.key}:email:{pk}",
-                {"channel": "email", "user": pk, "to": address, "notice": notice.as_json(links)},
+                {"channel": "email", "user": pk, "to": address, "notice": notice.as_json(links(person))},
             )
         )
     return _enqueue(items)

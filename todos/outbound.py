@@ -18,11 +18,13 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+import certifi
 import httpx
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
@@ -137,6 +139,12 @@ def _read_bounded(response: httpx.Response, deadline: float) -> None:
     response._content = bytes(taken[:OUTBOUND_MAX_RESPONSE_BYTES])
 
 
+def _tls() -> ssl.SSLContext:
+    """Certificates are checked against the URL's name (sent as SNI), whatever address is connected to; the
+    system's CAs, or settings.OUTBOUND_CA_BUNDLE's (an internal CA for an internal bridge)."""
+    return ssl.create_default_context(cafile=settings.OUTBOUND_CA_BUNDLE or certifi.where())
+
+
 def post_webhook(url: str, secret: str, msg_id: str, payload: Any, *, field: str = "url") -> Sent:
     """Send one signed webhook; raises DeliveryFailed unless the (last) answer is 2xx."""
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
@@ -144,7 +152,7 @@ def post_webhook(url: str, secret: str, msg_id: str, payload: Any, *, field: str
         raise DeliveryFailed(f"body of {len(body)} bytes is over {OUTBOUND_MAX_BODY_BYTES}", permanent=True)
     headers = signed_headers(secret, msg_id, body)
     timeout = httpx.Timeout(OUTBOUND_TIMEOUT_SECONDS, connect=OUTBOUND_CONNECT_TIMEOUT_SECONDS)
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls()) as client:
         current = url
         deadline = time.monotonic() + OUTBOUND_TIMEOUT_SECONDS
         for hop in range(OUTBOUND_MAX_REDIRECTS + 1):
@@ -247,6 +255,9 @@ def _callback(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         raise DeliveryFailed("the creating agent is gone or has no webhook_secret", permanent=True)
     todo = Todo.objects.filter(pk=str(payload.get("todo"))).first()
     data: dict[str, Any] = dict(TodoSerializer(todo).data) if todo is not None else {"id": payload.get("todo")}
+    if len(json.dumps(data, default=str)) > OUTBOUND_MAX_BODY_BYTES - 1024:
+        # Too big to send whole (a large payload or result): the receiver GETs the todo for them.
+        data = {**data, "payload": None, "result": None, "dependencies": None, "truncated": True}
     body = {
         "type": str(payload.get("event", "")),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

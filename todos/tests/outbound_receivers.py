@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,11 +30,16 @@ class Receiver:
     requests: list[Received] = field(default_factory=list)
     status: int = 204
     location: str | None = None  # answer every request with a 302 to here
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
 
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
@@ -57,9 +63,11 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def running_receiver() -> Iterator[Receiver]:
+def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    recv = Receiver(server)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    recv = Receiver(server, scheme="https" if tls is not None else "http")
     server.RequestHandlerClass = _handler(recv)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -100,3 +108,50 @@ def smtp() -> Iterator[Mailbox]:
     controller.start()
     yield box
     controller.stop()
+
+
+def make_ca_and_cert(tmp_path: Any, name: str) -> tuple[str, ssl.SSLContext]:
+    """A throwaway CA (its PEM file's path) and a server TLS context whose certificate it signed for ``name``."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.now(UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "switchboard test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain = tmp_path / "server.pem"
+    chain.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain)
+    return str(ca_file), context

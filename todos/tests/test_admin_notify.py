@@ -72,3 +72,25 @@ def test_a_deliverys_signing_secret_is_hidden_on_its_admin_page(admin_client):
     )
     page = admin_client.get(reverse("admin:todos_todo_change", args=[delivery])).content.decode()
     assert "http://127.0.0.1:9/cb" in page and "whsec_c2VjcmV0c2VjcmV0" not in page
+
+
+def test_pausing_the_notify_queue_in_the_admin_holds_every_notice(admin_client, receiver):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from todos.models import Queue
+    from todos.notices import NOTIFY_QUEUE, Notice, notify_url
+
+    notify_url(url=receiver.url, secret="whsec_c2VjcmV0", notice=Notice(key="k", event="e", subject="s", text="t"))
+    changelist = reverse("admin:todos_queue_changelist")
+    admin_client.post(changelist, {"action": "pause_queues", "_selected_action": [NOTIFY_QUEUE]})
+    assert Queue.objects.get(name=NOTIFY_QUEUE).paused
+    assert admin_client.get(reverse("admin:todos_queue_change", args=[NOTIFY_QUEUE])).status_code == 200
+    out = StringIO()
+    call_command("notify", "--once", stdout=out)
+    assert out.getvalue() == "sent=0 failed=0\n" and receiver.requests == []
+    admin_client.post(changelist, {"action": "resume_queues", "_selected_action": [NOTIFY_QUEUE]})
+    out = StringIO()
+    call_command("notify", "--once", stdout=out)
+    assert out.getvalue() == "sent=1 failed=0\n" and len(receiver.requests) == 1

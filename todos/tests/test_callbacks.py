@@ -125,3 +125,29 @@ def test_mcp_create_for_takes_a_callback_and_refuses_a_bad_one_naming_it(mcp_bas
     assert Todo.objects.get(pk=made["todo"]["id"]).callback["url"] == receiver.url
     assert "callback.url" in json.dumps(refused)
     assert Todo.objects.count() == 1
+
+
+def test_a_callback_of_a_todo_too_big_to_send_whole_leaves_its_payload_and_result_out(agent, receiver):
+    big = "x" * 200_000
+    todo, _ = queue.create(queue="jobs", agent=agent, payload={"big": big}, callback={"url": receiver.url})
+    [claimed] = queue.claim_next(agent=agent, queues=["jobs"])
+    assert claimed.lease_id is not None
+    queue.complete(todo.id, agent=agent, lease_id=claimed.lease_id, result={"big": big})
+    assert run_notify() == "sent=1 failed=0\n"
+    data = json.loads(receiver.requests[0].body)["data"]
+    assert data["id"] == todo.id and data["truncated"] is True and data["payload"] is None and data["result"] is None
+
+
+def test_a_lease_lapsing_at_its_cap_in_the_reaper_calls_back_dead_lettered(agent, receiver):
+    from datetime import timedelta
+
+    from django.db.models.functions import Now
+
+    todo, _ = queue.create(queue="jobs", agent=agent, max_attempts=1, callback={"url": receiver.url})
+    queue.claim_next(agent=agent, queues=["jobs"])
+    Todo.objects.filter(pk=todo.pk).update(lease_expires_at=Now() - timedelta(seconds=1))
+    queue.reap_once(batch=100)
+    [delivery] = Todo.objects.filter(queue=NOTIFY_QUEUE)
+    assert (delivery.payload["event"], delivery.payload["todo"]) == ("todo.dead_lettered", todo.id)
+    assert run_notify() == "sent=1 failed=0\n"
+    assert json.loads(receiver.requests[0].body)["data"]["errors"][-1]["error"] == "lease expired"

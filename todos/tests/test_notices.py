@@ -64,3 +64,20 @@ def test_notify_url_enqueues_one_signed_webhook(db):
     assert notify_url(url="http://127.0.0.1:9/cb", secret="whsec_c2VjcmV0", notice=NOTICE) == todo_id
     todo = Todo.objects.get(id=todo_id)
     assert (todo.queue, todo.payload["channel"], todo.payload["url"]) == (NOTIFY_QUEUE, "url", "http://127.0.0.1:9/cb")
+
+
+def test_a_users_own_endpoint_gets_their_links_and_a_groups_endpoint_the_notices(people):
+    ann, _bob, _, reviewers = people
+    mine = NotifyEndpoint.objects.create(user=ann, url="http://127.0.0.1:9/mine")
+    theirs = NotifyEndpoint.objects.create(group=reviewers, url="http://127.0.0.1:9/group")
+    calls: list[str] = []
+
+    def links_for(user: User) -> dict[str, str]:
+        calls.append(user.username)
+        return {"approve": f"https://x/{user.username}"}
+
+    ids = notify_users(users=[ann], groups=[reviewers], notice=NOTICE, links_for=links_for)
+    by_endpoint = {t.payload.get("endpoint"): t.payload["notice"]["links"] for t in Todo.objects.filter(id__in=ids)}
+    assert by_endpoint[mine.pk] == {"approve": "https://x/ann"}
+    assert by_endpoint[theirs.pk] == NOTICE.links
+    assert sorted(calls) == ["ann", "bob"]  # once per person, the endpoint and the email sharing ann's

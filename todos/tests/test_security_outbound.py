@@ -16,7 +16,7 @@ from django.db import connection
 
 from todos.models import Agent, NotifyEndpoint, Todo, scope_like_patterns, scope_matches
 from todos.notices import NOTIFY_QUEUE, Notice, notify_url, notify_users
-from todos.tests.outbound_receivers import running_receiver
+from todos.tests.outbound_receivers import make_ca_and_cert, running_receiver
 
 NOTICE = Notice(key="k", event="wait.asked", subject="s", text="t")
 
@@ -159,3 +159,28 @@ def test_the_sql_patterns_and_the_python_matcher_agree(scope):
         in_sql = [row[0] for row in cursor.fetchall()]
     assert in_sql == sorted(n for n in NAMES if scope_matches([scope], n))
     assert (NOTIFY_QUEUE in in_sql) == scope.startswith("_")
+
+
+def test_https_to_the_vetted_address_checks_the_certificate_against_the_name(db, settings, tmp_path):
+    # Connected by IP, the name goes as SNI and the certificate must be the name's: pinning the address
+    # does not switch verification off.
+    ca_file, tls = make_ca_and_cert(tmp_path, "localhost")
+    settings.OUTBOUND_CA_BUNDLE = ca_file
+    with running_receiver(tls) as recv:
+        good = notify_url(url=f"https://localhost:{recv.port}/x", secret="whsec_c2VjcmV0", notice=NOTICE)
+        assert run_notify() == "sent=1 failed=0\n"
+        assert recv.requests[0].headers["host"] == f"localhost:{recv.port}"
+        # The same server by its address: the certificate names localhost, not 127.0.0.1.
+        bad = notify_url(url=f"https://127.0.0.1:{recv.port}/x", secret="whsec_c2VjcmV0", notice=NOTICE)
+        assert run_notify() == "sent=0 failed=1\n"
+    assert Todo.objects.get(id=good).state == "done"
+    assert "CERTIFICATE_VERIFY_FAILED" in Todo.objects.get(id=bad).errors[-1]["error"]
+
+
+def test_https_with_an_unknown_ca_is_refused(db, tmp_path):
+    _, tls = make_ca_and_cert(tmp_path, "localhost")
+    with running_receiver(tls) as recv:
+        bad = notify_url(url=f"https://localhost:{recv.port}/x", secret="whsec_c2VjcmV0", notice=NOTICE)
+        assert run_notify() == "sent=0 failed=1\n"
+        assert recv.requests == []
+    assert "CERTIFICATE_VERIFY_FAILED" in Todo.objects.get(id=bad).errors[-1]["error"]

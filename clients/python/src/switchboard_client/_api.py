@@ -157,9 +157,12 @@ def create(
     fair_key: str | None = None,
     parent: Todo | Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
+    callback: Mapping[str, Any] | None = None,
 ) -> Call[CreatedTodo]:
     """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child.
-    ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's."""
+    ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's.
+    ``callback``: {"url", "events"}: a signed webhook (todo.done / todo.dead_lettered) when it gets there,
+    signed with your agent's webhook_secret."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -178,6 +181,7 @@ def create(
         fair_key=fair_key,
         parent=_parent(parent),
         spawn_caps=dict(spawn_caps) if spawn_caps is not None else None,
+        callback=dict(callback) if callback is not None else None,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
