@@ -52,11 +52,22 @@ def issue(*, todo_id: str, wait_created_at: datetime, timeout_at: datetime, user
     return f"{page_url(todo_id)}?t={token}"
 
 
+def _well_formed(token: str) -> bool:
+    return isinstance(token, str) and token.startswith(TOKEN_PREFIX) and len(token) <= TOKEN_MAX_CHARS
+
+
+def usable(todo_id: str, token: str) -> bool:
+    """Whether ``spend`` would take this link now (a read: a link's GET spends nothing)."""
+    if not _well_formed(token):
+        return False
+    return bool(fetchall(sql.USABLE_LINK, {"hash": hash_token(token), "id": todo_id}))
+
+
 def spend(todo_id: str, token: str) -> int | None:
     """The user a link was made for, if it is this todo's, unspent, unexpired and for its open wait; it is
     spent by this call (exactly one of two concurrent uses gets the user). None otherwise, whatever the
     reason: a link's holder learns nothing more."""
-    if not (isinstance(token, str) and token.startswith(TOKEN_PREFIX) and len(token) <= TOKEN_MAX_CHARS):
+    if not _well_formed(token):
         return None
     rows = fetchall(sql.SPEND_LINK, {"hash": hash_token(token), "id": todo_id})
     return int(rows[0][0]) if rows else None

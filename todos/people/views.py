@@ -3,9 +3,9 @@
 ``/decide/<todo_id>/`` shows one wait's question (its markdown rendered safely, todos/people/markdown.py),
 the todo's payload and the asking agent, and the decisions it allows as buttons and forms (edit: one input
 per field of its schema); a POST decides through queue.decide (CSRF-protected). Who is deciding: a signed
-link's person (``?t=``, spent on first use, todos/people/links.py), for this one todo only (a session flag,
-not a login), else the signed-in user; nobody else gets past the login. Staff with todos.change_todo also
-get a reassignment form.
+link's person (``?t=``: its GET shows a button whose POST spends the link, todos/people/links.py), for this
+one todo only (a session flag, not a login), else the signed-in user; nobody else gets past the login.
+Staff with todos.change_todo also get a reassignment form.
 
 ``/inbox/`` lists what waits for the signed-in person or their groups, oldest first, with its age and SLA
 state; ``?format=json`` (or ``Accept: application/json``) answers the same list as JSON.
@@ -74,16 +74,27 @@ def _granted(request: HttpRequest, wait: Waitpoint) -> User | None:
     return User.objects.filter(pk=grant[0], is_active=True).first()
 
 
+_LINK_GONE = {
+    "heading": "This link no longer works",
+    "message": "It was used already, it expired, or its question was answered. Sign in to see your inbox.",
+    "login": True,
+}
+
+
+def _link_page(request: HttpRequest, todo_id: str, token: str) -> HttpResponse:
+    """A link's GET spends nothing: mail scanners and link previews fetch links before the person does, and
+    would spend a one-time link. It shows one button that POSTs the token (CSRF-protected); that spends it.
+    The page names no question and no person, so a scanner learns nothing either."""
+    if not links.usable(todo_id, token):
+        return _page(request, "people/message.html", _LINK_GONE, status=403)
+    return _page(request, "people/open_link.html", {"token": token, "todo_id": todo_id})
+
+
 def _spend(request: HttpRequest, todo_id: str, token: str) -> HttpResponse:
     user_id = links.spend(todo_id, token)
     wait = Waitpoint.objects.filter(pk=todo_id, people__isnull=False).first()
     if user_id is None or wait is None:
-        context = {
-            "heading": "This link no longer works",
-            "message": "It was used already, it expired, or its question was answered. Sign in to see your inbox.",
-            "login": True,
-        }
-        return _page(request, "people/message.html", context, status=403)
+        return _page(request, "people/message.html", _LINK_GONE, status=403)
     # A fresh session key: whatever session this browser had cannot be fixed onto the grant.
     request.session.cycle_key()
     grants = dict(request.session.get(GRANTS, {}))
@@ -153,7 +164,9 @@ def _shown(value: Any) -> str:
 @require_http_methods(["GET", "POST"])
 def decide(request: HttpRequest, todo_id: str) -> HttpResponse:
     if request.method == "GET" and "t" in request.GET:
-        return _spend(request, todo_id, request.GET["t"])
+        return _link_page(request, todo_id, request.GET["t"])
+    if request.method == "POST" and request.POST.get("action") == "open_link":
+        return _spend(request, todo_id, request.POST.get("t", ""))
     wait = Waitpoint.objects.filter(pk=todo_id, people__isnull=False).first()
     person: Any = _granted(request, wait) if wait is not None else None
     by_link = person is not None

@@ -56,6 +56,7 @@ from todos.sql.people import (
     REASSIGN,
     REMIND_PEOPLE,
     SPEND_LINK,
+    USABLE_LINK,
 )
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
@@ -157,6 +158,7 @@ __all__ = [
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
     "UNREGISTERED_QUEUES",
+    "USABLE_LINK",
     "WAIT",
     "WAITPOINT_BY_HASH",
 ]

@@ -107,6 +107,14 @@ WHERE l.token_hash = %(hash)s AND l.todo_id = %(id)s AND l.used_at IS NULL AND l
 RETURNING l.user_id
 """
 
+# usable: SPEND_LINK's guard as a read (a link's GET shows its button only while the link would work).
+USABLE_LINK = """
+SELECT 1 FROM todos_decisionlink l
+WHERE l.token_hash = %(hash)s AND l.todo_id = %(id)s AND l.used_at IS NULL AND l.expires_at > now()
+  AND EXISTS (SELECT 1 FROM todos_waitpoint w WHERE w.todo_id = l.todo_id AND w.resolved_at IS NULL
+              AND w.created_at = l.wait_created_at)
+"""
+
 # The open people waits one person may decide (the inbox), oldest first: through waitpoint_open_people
 # (only open people waits are in it: each a question to a person, so few), filtered by who may decide,
 # joined to their waiting todos for the asking agent and the queue.

@@ -37,11 +37,26 @@ def browser() -> Client:
     return Client(enforce_csrf_checks=True)
 
 
+def open_link(client: Client, link: str) -> Any:
+    """What a person does with a link: its GET shows one button (spending nothing), whose POST spends it.
+    Returns the POST's answer, or the GET's when it showed no button."""
+    shown = client.get(link)
+    if shown.status_code != 200:
+        return shown
+    path, token = link.split("?t=", 1)
+    return client.post(path, {"csrfmiddlewaretoken": csrf(shown), "action": "open_link", "t": token})
+
+
 @pytest.mark.django_db
 def test_a_signed_link_lets_its_person_decide_that_one_question(api, make_todo, folks):
     todo_id = ask(api, make_todo).json()["id"]
     phone = browser()
-    opened = phone.get(link_for(todo_id, "dana@example.com"))
+    link = link_for(todo_id, "dana@example.com")
+    shown = phone.get(link)  # a mail scanner's fetch: a button, nothing spent, nothing shown of the question
+    assert shown.status_code == 200 and "Open the question" in shown.content.decode()
+    assert "refund" not in shown.content.decode()
+    assert DecisionLink.objects.get(todo_id=todo_id, user=folks["dana"]).used_at is None
+    opened = open_link(phone, link)
     assert opened.status_code == 302 and opened["Location"] == f"/decide/{todo_id}/"
     assert opened["Referrer-Policy"] == "no-referrer"
     page = phone.get(f"/decide/{todo_id}/")
@@ -67,10 +82,10 @@ def test_a_signed_link_lets_its_person_decide_that_one_question(api, make_todo, 
 def test_a_forwarded_link_is_useless_once_used(api, make_todo, folks):
     todo_id = ask(api, make_todo).json()["id"]
     link = link_for(todo_id, "dana@example.com")
-    assert browser().get(link).status_code == 302
+    assert open_link(browser(), link).status_code == 302
     stranger = browser()
-    second = stranger.get(link)
-    assert second.status_code == 403
+    assert stranger.get(link).status_code == 403  # the button is not even shown
+    assert stranger.post(link.split("?t=")[0], {"action": "open_link", "t": link.split("?t=")[1]}).status_code == 403
     assert stranger.get(f"/decide/{todo_id}/").status_code == 302  # to the login, nothing shown
     assert DecisionLink.objects.get(todo_id=todo_id, user=folks["dana"]).used_at is not None
 
@@ -82,9 +97,9 @@ def test_a_link_for_another_todo_or_an_expired_one_opens_nothing(api, make_todo,
     mails = Todo.objects.filter(queue=notices.NOTIFY_QUEUE, kind="notify.email", payload__to="dana@example.com")
     links = {m.payload["notice"]["data"]["todo"]: m.payload["notice"]["links"]["decide"] for m in mails}
     token = links[first].split("?t=", 1)[1]
-    assert browser().get(f"/decide/{second}/?t={token}").status_code == 403  # bound to its todo
+    assert open_link(browser(), f"/decide/{second}/?t={token}").status_code == 403  # bound to its todo
     DecisionLink.objects.filter(todo_id=first).update(expires_at="2000-01-01T00:00:00Z")
-    assert browser().get(f"/decide/{first}/?t={token}").status_code == 403
+    assert open_link(browser(), f"/decide/{first}/?t={token}").status_code == 403
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from todos import queue
 from todos.models import Todo, TodoState, Waitpoint
 from todos.tests.mcp_live import mcp_base
 from todos.tests.test_mcp_tasks import create_task, get_task, modern
-from todos.tests.test_people_pages import csrf, link_for
+from todos.tests.test_people_pages import csrf, link_for, open_link
 from todos.tests.test_people_waits import DAY, ask, folks, people
 
 __all__ = ["folks", "mcp_base"]  # fixtures, imported for pytest
@@ -104,7 +104,7 @@ def test_a_spent_links_grant_opens_only_its_own_question(api, make_todo, folks):
     before = phone.get("/inbox/")  # a session of its own before the link
     assert before.status_code == 302
     key_before = phone.cookies.get("sessionid")
-    assert phone.get(link.split("localhost:8000", 1)[-1].split("testserver", 1)[-1]).status_code == 302
+    assert open_link(phone, "/" + link.split("://", 1)[1].split("/", 1)[1]).status_code == 302
     assert phone.cookies.get("sessionid") != key_before  # a fresh session key: no fixation
     assert phone.get(f"/decide/{first}/").status_code == 200
     assert phone.get(f"/decide/{second}/").status_code == 302  # to the login: the grant is for one todo
@@ -116,7 +116,7 @@ def test_a_spent_links_grant_opens_only_its_own_question(api, make_todo, folks):
 def test_a_grant_stops_working_once_its_person_no_longer_decides(api, make_todo, folks):
     todo_id = ask(api, make_todo).json()["id"]
     phone = Client(enforce_csrf_checks=True)
-    assert phone.get(link_for(todo_id, "dana@example.com")).status_code == 302
+    assert open_link(phone, link_for(todo_id, "dana@example.com")).status_code == 302
     page = phone.get(f"/decide/{todo_id}/")
     queue.reassign(todo_id, by="ops", users=["mallory"], groups=[])
     refused = phone.post(f"/decide/{todo_id}/", {"csrfmiddlewaretoken": csrf(page), "decision": "approve"})
@@ -130,7 +130,7 @@ def test_an_inactive_person_cannot_decide_even_with_a_link(api, make_todo, folks
     link = link_for(todo_id, "dana@example.com")
     User.objects.filter(username="dana").update(is_active=False)
     phone = Client()
-    phone.get(link)
+    open_link(phone, link)
     assert phone.get(f"/decide/{todo_id}/").status_code == 302
     _still_waiting(todo_id)
 
@@ -140,6 +140,7 @@ def test_an_inactive_person_cannot_decide_even_with_a_link(api, make_todo, folks
 def test_guessed_or_malformed_link_tokens_open_nothing(api, make_todo, folks, token):
     todo_id = ask(api, make_todo).json()["id"]
     assert Client().get(f"/decide/{todo_id}/", {"t": token}).status_code == 403
+    assert Client().post(f"/decide/{todo_id}/", {"action": "open_link", "t": token}).status_code == 403
     _still_waiting(todo_id)
 
 
@@ -176,3 +177,17 @@ def test_the_peoples_login_is_throttled_like_the_admins(folks, settings):
     locked = browser.post("/login/", {"username": "dana", "password": "pw-dana-123"})
     assert locked.status_code == 200 and "Too many failed logins" in locked.content.decode()
     assert "_auth_user_id" not in browser.session
+
+
+@pytest.mark.django_db
+def test_a_link_fetched_by_a_mail_scanner_is_not_spent_and_shows_nothing(api, make_todo, folks):
+    todo_id = ask(api, make_todo).json()["id"]
+    link = link_for(todo_id, "dana@example.com")
+    scanner = Client()
+    for _ in range(3):  # a scanner, a link preview, a prefetch
+        shown = scanner.get(link)
+        assert shown.status_code == 200 and "refund" not in shown.content.decode()
+        assert scanner.head(link).status_code == 405
+    assert scanner.get(f"/decide/{todo_id}/").status_code == 302  # no grant from a GET
+    # The person's own click still works afterwards.
+    assert open_link(Client(enforce_csrf_checks=True), link).status_code == 302
