@@ -10,6 +10,7 @@ field. Written here rather than taken from a library because the subset is what 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from todos import limits
@@ -26,7 +27,8 @@ def _bad(detail: str, name: str) -> InvalidTransitionInput:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    # Finite only: NaN passes every comparison with a bound, and neither it nor infinity is JSON.
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _fits(value: Any, kind: str) -> bool:

@@ -57,8 +57,9 @@ login_view = auth_views.LoginView.as_view(
 
 def _page(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     # The pages keep the project's same-origin Referrer-Policy: with no-referrer a browser sends
-    # "Origin: null" on the form's POST, which CSRF's origin check rightly refuses. No page's address
-    # carries a token (the link's answer redirects it away, with no-referrer).
+    # "Origin: null" on the form's POST, which CSRF's origin check rightly refuses. Only the link's own page
+    # has a token in its address, and it loads and posts to nothing but this site; spending it redirects
+    # the token away (with no-referrer).
     return render(request, template, context, status=status)
 
 

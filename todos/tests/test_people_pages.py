@@ -249,3 +249,16 @@ def test_the_form_keeps_the_schemas_field_order_and_the_admin_links_the_page(api
     assert order == sorted(order)
     admin_page = admin_client.get(f"/admin/todos/todo/{todo_id}/change/").content.decode()
     assert f'href="/decide/{todo_id}/"' in admin_page and "Open the decision page" in admin_page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("amount", ["nan", "inf", "-inf", "1e400", "12.5", "ten"])
+def test_an_edit_field_that_is_not_a_finite_number_of_its_type_is_400(api, make_todo, folks, amount):
+    todo_id = ask(api, make_todo).json()["id"]
+    dana = browser()
+    dana.force_login(folks["dana"])
+    page = dana.get(f"/decide/{todo_id}/")
+    form = {"csrfmiddlewaretoken": csrf(page), "decision": "edit", "f_to": "x@example.com", "f_amount": amount}
+    refused = dana.post(f"/decide/{todo_id}/", form)
+    assert refused.status_code == 400, refused.content
+    assert Todo.objects.get(pk=todo_id).state == TodoState.WAITING
