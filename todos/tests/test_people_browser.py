@@ -1,14 +1,13 @@
 """A person's path through a real Chromium (issue 29): the signed link from their email opens the decision
 page on a phone-sized screen, they edit the proposed arguments and approve, and the agent's todo is
 pending with the edited decision. Then the inbox and the decision page at desktop size. Screenshots at both
-sizes go to docs/img/ (docs/operators.md shows them). The browser runs on a thread of its own, as in
-test_admin_browser.py."""
+sizes go to bench/out/screenshots/ (docs/img/ has copies, which docs/operators.md shows). The browser runs
+on a thread of its own, as in test_admin_browser.py."""
 
 from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,12 +18,14 @@ from django.db.models.functions import Now
 from todos import notices, queue
 from todos.models import Todo, TodoState, Waitpoint
 from todos.tests.outbound_receivers import smtp
-from todos.tests.test_admin_browser import CHROMIUM, LAUNCH_ARGS
+from todos.tests.test_admin_browser import CHROMIUM, LAUNCH_ARGS, SCREENSHOTS
 from todos.tests.test_people_waits import DAY, people
 
 __all__ = ["smtp"]  # the fixture, imported for pytest
 
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+# As test_admin_browser.py: to bench/out/screenshots/ (git-ignored); those in docs/img/ were copied from there,
+# so a test run leaves the tree clean.
+IMG = SCREENSHOTS
 PHONE = {"width": 390, "height": 844}  # an iPhone 12-15's CSS pixels
 DESKTOP = {"width": 1280, "height": 860}
 
