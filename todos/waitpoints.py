@@ -31,7 +31,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from rest_framework import serializers
+
 from todos import limits
+from todos.api.fields import stored_json_bytes
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_AWAITED, MAX_MATCH_PATHS, MAX_MATCHABLE_LEAVES, WAIT_TIMEOUT_MAX_SECONDS
 from todos.models import SCOPE_RE, OnTimeout, glob_to_like
@@ -151,8 +154,14 @@ def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
         )
     ((kind, value),) = spec.items()
     if kind == "people":
-        # Bigger (a question's body, arguments and schema), and only its short part reaches errors.
-        if _json_bytes(spec) > limits.PEOPLE_WAIT_MAX_BYTES:
+        # Bigger (a question's body, arguments and schema), and only its short part reaches errors. Stored
+        # as given (jsonb): no NUL, no lone surrogate, no NaN, bounded nesting (the payload's rule).
+        try:
+            size = stored_json_bytes(spec)
+        except serializers.ValidationError as exc:
+            why = str(exc.detail[0]) if isinstance(exc.detail, list) else "not storable JSON"
+            raise _bad(why, "for.people") from None
+        if size > limits.PEOPLE_WAIT_MAX_BYTES:
             raise _bad(f"people is at most {limits.PEOPLE_WAIT_MAX_BYTES} bytes as JSON.", "for.people")
         asked = people_spec.parse(value)
         return WaitFor(kind="people", shown=asked.shown(), people=asked)

@@ -5,6 +5,8 @@ and nothing else."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
@@ -17,6 +19,13 @@ from todos.tests.test_people_pages import csrf, link_for, open_link
 from todos.tests.test_people_waits import DAY, ask, folks, people
 
 __all__ = ["folks", "mcp_base"]  # fixtures, imported for pytest
+
+
+def json_deep(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def _still_waiting(todo_id: str) -> None:
@@ -191,3 +200,26 @@ def test_a_link_fetched_by_a_mail_scanner_is_not_spent_and_shows_nothing(api, ma
     assert scanner.get(f"/decide/{todo_id}/").status_code == 302  # no grant from a GET
     # The person's own click still works afterwards.
     assert open_link(Client(enforce_csrf_checks=True), link).status_code == 302
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"arguments": {"a": "x\x00y"}},
+        {"arguments": {"a": "\ud800"}},
+        {"users": ["\ud800"]},
+        {"arguments": {"a": float("nan")}},
+        {"arguments": {"a": json_deep(200)}},
+        {"edit_schema": {"type": "object", "properties": {"a": {"type": "number", "maximum": float("inf")}}}},
+    ],
+    ids=["nul", "surrogate-arguments", "surrogate-name", "nan", "deep", "infinite-bound"],
+)
+def test_a_question_jsonb_cannot_store_is_400_not_500(api, make_todo, folks, change):
+    todo = make_todo("default")
+    claimed = api.post(f"/todos/{todo.id}/claim/", {}).json()
+    body = {"lease_id": claimed["lease_id"], "for": people(**change), "timeout_seconds": DAY}
+    text = json.dumps(body, allow_nan=True)  # as a hostile client would send it
+    answer = api.post(f"/todos/{todo.id}/wait/", text.replace("NaN", "1e999") if "nan" in str(change) else text)
+    assert answer.status_code == 400, answer.content
+    assert not Waitpoint.objects.exists()
