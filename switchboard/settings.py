@@ -288,6 +288,10 @@ ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", default=900
 # event wait is a row every delivery of its source may probe; 1,000 covers a fleet waiting on CI for
 # every open pull request of a busy repository, and bounds what one stolen token can add.
 MAX_OPEN_EVENT_WAITS_PER_AGENT = env.int("MAX_OPEN_EVENT_WAITS_PER_AGENT", default=1000)
+# Waits for people (issue 29). Signed decision links in notices work this long (never past the wait's
+# timeout), once each; PUBLIC_URL is where people reach this service (the links' origin, no trailing slash).
+DECISION_LINK_TTL_SECONDS = env.int("DECISION_LINK_TTL_SECONDS", default=3 * 24 * 3600)
+PUBLIC_URL = env.str("PUBLIC_URL", default="http://localhost:8000").rstrip("/")
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

@@ -185,6 +185,31 @@ WAIT_RESOLVER_WILDCARDS_MAX = 8
 ERRORS_KEPT = 100
 
 
+# --- Waits for people (issue 29: a question to a person, todos/people/) ---
+
+# A people wait's ``for`` as JSON: the body, the proposed arguments and the edit schema together. Only its
+# names, title and decisions are copied into ``errors`` (waiting_for); the rest stays on its waitpoint.
+PEOPLE_WAIT_MAX_BYTES = 48 * 1024
+PEOPLE_TITLE_MAX_CHARS = 200  # a subject line
+PEOPLE_BODY_MAX_BYTES = 8 * 1024  # the question's markdown, as UTF-8: a page to read on a phone
+PEOPLE_MAX_NAMED = 50  # users and groups one wait (or its escalation, or a reassignment) names together
+PEOPLE_ARGUMENTS_MAX_BYTES = 16 * 1024  # the proposed arguments shown, and an edit's arguments sent back
+PEOPLE_SCHEMA_MAX_PROPERTIES = 50  # fields of an edit form: each a labelled input on the page
+PEOPLE_SCHEMA_MAX_ENUM = 100  # choices of one enum field: a select box
+PEOPLE_SCHEMA_MAX_STRING_CHARS = 10_000  # a string field's maxLength (and an edited string without one)
+PEOPLE_TEXT_MAX_CHARS = 4_000  # a respond's text, or a note with any decision
+PEOPLE_REMIND_MIN_SECONDS = 60  # remind_after_seconds / escalate_after_seconds: not a notice storm
+PEOPLE_LABEL_MAX_CHARS = 200  # an edit field's name, title or description: a label on the page
+PEOPLE_INBOX_MAX = 500  # questions one inbox page lists, oldest first: more than a person works through
+PEOPLE_SHOWN_JSON_CHARS = 20_000  # the payload and the arguments on the decision page, each, before "truncated"
+
+
+def decision_link_ttl_seconds() -> int:
+    """How long a signed decision link works (DECISION_LINK_TTL_SECONDS, default 3 days; never past the
+    wait's timeout): long enough for a weekend, short enough that an old mail is not a key."""
+    return max(60, int(settings.DECISION_LINK_TTL_SECONDS))
+
+
 def max_open_event_waits_per_agent() -> int:
     """Open event waits one agent may hold (429 beyond): each is probed by every delivery of its source."""
     return int(settings.MAX_OPEN_EVENT_WAITS_PER_AGENT)

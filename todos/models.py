@@ -451,10 +451,40 @@ class Waitpoint(models.Model):
     # deploy, a bench's raw insert) still makes a wait that names no resolvers.
     resolver_agents = ArrayField(models.CharField(max_length=100), db_default=Value([]), blank=True)
     resolver_scopes = ArrayField(models.CharField(max_length=300), db_default=Value([]), blank=True)
+    # for {"people": ...} (issue 29, todos/people/): the question (title, body, decisions, edit_schema,
+    # arguments, as asked, with the deciders' names), who may decide (user and group ids; the escalation
+    # groups once escalated_at is set), when to remind and escalate (NULL: never), when that happened (each
+    # once, by the reaper), and the username that decided (a loser of a race is told who won and when).
+    people = models.JSONField(null=True, blank=True)
+    decider_users = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    decider_groups = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    escalate_groups = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    remind_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, null=True, blank=True)
 
     class Meta:
         # Each index holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
+            # the reaper's remind_people / escalate_people: due reminders and escalations in order.
+            models.Index(
+                fields=["remind_at"],
+                condition=Q(remind_at__isnull=False, reminded_at__isnull=True, resolved_at__isnull=True),
+                name="waitpoint_remind_due",
+            ),
+            models.Index(
+                fields=["escalate_at"],
+                condition=Q(escalate_at__isnull=False, escalated_at__isnull=True, resolved_at__isnull=True),
+                name="waitpoint_escalate_due",
+            ),
+            # the inbox: open waits for people, oldest first (few: each is a question to a person).
+            models.Index(
+                fields=["created_at"],
+                condition=Q(people__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_open_people",
+            ),
             # the reaper's time_out_waits: due timeouts in order.
             models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
             # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
@@ -473,6 +503,28 @@ class Waitpoint(models.Model):
 
     def __str__(self) -> str:
         return f"wait of {self.todo_id}"
+
+
+class DecisionLink(models.Model):
+    """A signed link to one decision (issue 29): bound to one wait (its todo and the wait's created_at, so a
+    later wait of the same todo does not honour it) and one person, expiring, spent on first use. Only the
+    SHA-256 of its random token is stored (hash_token). Using it lets that person decide that one wait
+    without a login (a session flag scoped to the todo, todos/people/views.py), nothing else."""
+
+    token_hash = models.CharField(primary_key=True, max_length=64)
+    todo_id = models.CharField(max_length=40)
+    wait_created_at = models.DateTimeField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # the reaper deletes expired links in order (todos/queue/people.py)
+        indexes = [models.Index(fields=["expires_at"], name="decisionlink_expiry")]
+
+    def __str__(self) -> str:
+        return f"decision link for {self.todo_id}"
 
 
 class Dependency(models.Model):

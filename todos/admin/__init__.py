@@ -56,6 +56,7 @@ from todos.models import (
     Waitpoint,
     new_webhook_secret,
 )
+from todos.people.links import decide_path
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -298,6 +299,9 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             for i in (obj.waiting_for or {}).get("todos", [])
             if isinstance(i, str)
         ]
+        if "people" in (obj.waiting_for or {}):
+            # A wait for people is decided (or reassigned) on its decision page (issue 29).
+            links.append(format_html('<a href="{}">Open the decision page</a>', decide_path(obj.pk)))
         shown = show.pretty_json(obj.waiting_for)
         return format_html("{}{}", shown, format_html_join(" ", "{}", ((link,) for link in links))) if links else shown
 

@@ -580,7 +580,9 @@ class WaitInput(StrictInput):
     # "for" is a Python keyword: declared through the class namespace (todos/waitpoints.py checks it).
     vars()["for"] = serializers.JSONField(
         help_text='Exactly one of {"todos": [ids]}, {"event": {"source", "type" (glob), "match": '
-        '{"dotted.path": value}}}, {"token": true}.'
+        '{"dotted.path": value}}}, {"token": true}, {"people": {"users", "groups", "title", "body", "decisions", '
+        '"edit_schema", "arguments", "remind_after_seconds", "escalate_after_seconds", "escalate_to"}} '
+        "(docs/agents.md)."
     )
     timeout_seconds = serializers.FloatField(
         min_value=1,

@@ -307,8 +307,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "claim",
-            "Lease the next todo from your queues (or the one with id); null if none came within "
-            "wait_seconds. Act on it only while you hold the lease: heartbeat, then complete, fail or release.",
+            "Lease the next todo from your queues (or the one with id); null if none came within wait_seconds. "
+            "While you hold the lease: heartbeat, then complete, fail or release.",
             _input(
                 {
                     "id": _ID,
@@ -327,7 +327,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease every third of it. Optional: progress, checkpoint (JSON for the next claimer).",
+            "Extend your lease every third of it; optional progress, checkpoint (JSON for the next claimer).",
             _input(
                 {
                     "id": _ID,
@@ -365,7 +365,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "wait",
             "Give your lease back until for resolves: {todos:[ids]} finish, {event:{source,type,match}} arrives, "
-            "{token:true} is resolved, or an agent in resolvers does.",
+            "{token:true} is resolved, {people:{users,groups,title,...}} decide, or a resolvers agent does.",
             _input(
                 {
                     "id": _ID,

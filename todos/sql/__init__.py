@@ -48,6 +48,16 @@ from todos.sql.operators import (
     RUN_NOW,
     SET_PRIORITY,
 )
+from todos.sql.people import (
+    DECIDE,
+    DELETE_EXPIRED_LINKS,
+    ESCALATE_PEOPLE,
+    INBOX,
+    REASSIGN,
+    REMIND_PEOPLE,
+    SPEND_LINK,
+    USABLE_LINK,
+)
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
@@ -90,12 +100,16 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DECIDE",
+    "DELETE_EXPIRED_LINKS",
     "DEPENDENCIES_OF",
     "DISCARD",
+    "ESCALATE_PEOPLE",
     "EVENT_PAGE",
     "FAIL",
     "FORCE_RELEASE",
     "HEARTBEAT",
+    "INBOX",
     "LINK",
     "LINK_WAIT",
     "LOCK_CREATE_SCOPES",
@@ -114,8 +128,10 @@ __all__ = [
     "PURGE_EVENTS",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
+    "REASSIGN",
     "REFS_BY_ID",
     "RELEASE",
+    "REMIND_PEOPLE",
     "REPOINT",
     "REQUEUE_LAPSED",
     "RESOLVE_EVENTS",
@@ -134,6 +150,7 @@ __all__ = [
     "SET_PRIORITY",
     "SET_QUEUE_LIMITS",
     "SPAWN_CAPS",
+    "SPEND_LINK",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
@@ -141,6 +158,7 @@ __all__ = [
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
     "UNREGISTERED_QUEUES",
+    "USABLE_LINK",
     "WAIT",
     "WAITPOINT_BY_HASH",
 ]
