@@ -308,7 +308,7 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "claim",
             "Lease the next todo from your queues (or the one with id); null if none came within wait_seconds. "
-            "While you hold the lease: heartbeat, then complete, fail or release.",
+            "Holding the lease: heartbeat, then complete, fail or release.",
             _input(
                 {
                     "id": _ID,
@@ -327,7 +327,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease every third of it; optional progress, checkpoint (JSON for the next claimer).",
+            "Extend your lease every third of it; optional progress, checkpoint (JSON for a next claimer).",
             _input(
                 {
                     "id": _ID,
@@ -350,7 +350,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "fail",
-            "Fail a leased todo; retried with backoff (or retry_in_seconds) until attempts run out.",
+            "Fail a leased todo; retried with backoff (or retry_in_seconds) until out of attempts.",
             _input({"id": _ID, "lease_id": _LEASE_ID, "error": _STR, "retry_in_seconds": _NUM}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.fail, FailInput),
