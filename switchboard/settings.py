@@ -82,6 +82,9 @@ ASGI_APPLICATION = "switchboard.asgi.application"
 ASGI_MOUNTS: dict[str, str] = {
     "/mcp": "todos.mcp.server.application",
     "/.well-known/oauth-protected-resource": "todos.mcp.server.resource_metadata",
+    # A2A v1.0 (issue 33): JSON-RPC and the REST binding, and one Agent Card per queue (?queue=NAME).
+    "/a2a": "todos.a2a.server.application",
+    "/.well-known/agent-card.json": "todos.a2a.server.agent_card",
 }
 # Objects with async startup()/shutdown(), run by the ASGI lifespan: the long-poll listener runs in the
 # server's event loop, and a stop answers every waiting claim at once.
@@ -237,6 +240,29 @@ SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.
 # names it (jobs.*) covers fewer than this many queues; otherwise 400 queue_limit (todos/limits.py says why).
 MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=1000)
 
+# --- Outbound notices (issue 29: todos/notices.py, manage.py notify) ----------------------------
+# Webhooks and callbacks go to public addresses only: a URL resolving to a private, loopback, link-local or
+# reserved address is refused (at input, and on every hop when sent). True only for local development.
+OUTBOUND_ALLOW_PRIVATE_NETWORKS = env.bool("OUTBOUND_ALLOW_PRIVATE_NETWORKS", default=False)
+# Exceptions, exactly: host:port pairs (as in the URL) that may be private, e.g. an internal Slack bridge
+# "bridge.internal:8080". A redirect to any other private address is still refused.
+OUTBOUND_ALLOW_HOSTS = env.list("OUTBOUND_ALLOW_HOSTS", default=[])
+# A PEM file of the CAs that https webhooks' certificates are checked against, instead of certifi's (an
+# internal CA). Empty: certifi's bundle, as httpx uses by default.
+OUTBOUND_CA_BUNDLE = env.str("OUTBOUND_CA_BUNDLE", default="")
+# Attempts per delivery (webhook, email, callback) before it dead-letters.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
+# Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="switchboard@localhost")
+
 # --- Per-agent budgets (issue 28: an agent token is assumed compromised) ----------------------
 # Each is counted per web process (todos/budgets.py says why): with N processes an agent may have up to
 # N times these. Read through todos/limits.py.
@@ -262,6 +288,10 @@ ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", default=900
 # event wait is a row every delivery of its source may probe; 1,000 covers a fleet waiting on CI for
 # every open pull request of a busy repository, and bounds what one stolen token can add.
 MAX_OPEN_EVENT_WAITS_PER_AGENT = env.int("MAX_OPEN_EVENT_WAITS_PER_AGENT", default=1000)
+# Waits for people (issue 29). Signed decision links in notices work this long (never past the wait's
+# timeout), once each; PUBLIC_URL is where people reach this service (the links' origin, no trailing slash).
+DECISION_LINK_TTL_SECONDS = env.int("DECISION_LINK_TTL_SECONDS", default=3 * 24 * 3600)
+PUBLIC_URL = env.str("PUBLIC_URL", default="http://localhost:8000").rstrip("/")
 
 # --- Ingest (webhooks) ---------------------------------------------------------------------
 # Webhook bodies over this many bytes are refused with 413 before they are verified or parsed.

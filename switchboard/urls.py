@@ -15,6 +15,8 @@ urlpatterns = [
     path("admin/", include("todos.admin.urls")),
     path("admin/", admin.site.urls),
     path("ingest/", include("ingest.urls")),
+    # Waits for people (issue 29): /decide/<todo_id>/, /inbox/, /login/.
+    path("", include("todos.people.urls")),
     # Before the todos API's api/v1/ include, which would otherwise see events/ first.
     path("api/v1/events/", include("events.api.urls")),
     path("api/v1/", api.api_root, name="api-root"),

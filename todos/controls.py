@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
 from todos.limits import MAX_FAIR_KEY_CHARS, MAX_FAIR_WEIGHTS_KEYS, MAX_QUEUE_LIMIT
-from todos.models import QUEUE_NAME_RE, Agent, visible_patterns
+from todos.models import QUEUE_NAME_RE, SYSTEM_QUEUES, Agent, visible_patterns
 from todos.rows import fetchall
 
 # NUL and lone surrogates: jsonb refuses the one, UTF-8 cannot encode the other (a 500 either way).
@@ -84,7 +84,8 @@ def _one(statement: str, name: str, agent: Agent | None, **params: Any) -> Queue
 
 
 def _queue_name(name: str) -> bool:
-    return QUEUE_NAME_RE.fullmatch(name) is not None
+    # The system's queues too (an operator pauses _switchboard.notify); agents' scopes never reach them.
+    return QUEUE_NAME_RE.fullmatch(name) is not None or name in SYSTEM_QUEUES
 
 
 def get(name: str, *, agent: Agent | None = None) -> QueueControls:

@@ -115,3 +115,10 @@ class SpawnLimitReached(QueueError):
     def __init__(self, detail: str, *, limit: str, value: int) -> None:
         super().__init__(detail, limit=limit, value=value)
         self.limit = limit
+
+
+class AlreadyDecided(QueueError):
+    """A person's decision on a wait someone else decided first (issue 29): who and when, so the loser of
+    two concurrent clicks sees what happened. Nothing changed."""
+
+    code = "conflict"

@@ -60,6 +60,17 @@ MAX_USAGE_VALUE = 1e15
 MAX_LIST_LIMIT = 100  # todos one MCP list_todos answers
 DEFAULT_LIST_LIMIT = 20
 
+# A2A (todos/a2a/, issue 33): a message's id is a key, not data; its parts are bounded again, in bytes, as
+# the todo's payload (MAX_PAYLOAD_BYTES). A stream re-reads its task this often between the wake-ups of a
+# finish (no thread waits in between): how late it shows a claim, progress or a wait for input.
+A2A_MAX_MESSAGE_ID_CHARS = 200
+A2A_MAX_PARTS = 100
+A2A_STREAM_POLL_SECONDS = 2.0
+# MCP Tasks on the 2025-11-25 wire: a client listening on GET /mcp gets notifications/tasks/status for its
+# tasks, found by re-reading them this often (a changed row is seen once, late by at most this much).
+MCP_TASK_STATUS_POLL_SECONDS = 2.0
+MCP_TASK_STATUS_BATCH = 100  # changed tasks one re-read sends; the rest on the next
+
 # --- Queue controls and schedules ---
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
 SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catch_up "all" (the latest)
@@ -185,6 +196,47 @@ WAIT_RESOLVER_WILDCARDS_MAX = 8
 ERRORS_KEPT = 100
 
 
+# --- Waits for people (issue 29: a question to a person, todos/people/) ---
+
+# A people wait's ``for`` as JSON: the body, the proposed arguments and the edit schema together. Only its
+# names, title and decisions are copied into ``errors`` (waiting_for); the rest stays on its waitpoint.
+PEOPLE_WAIT_MAX_BYTES = 48 * 1024
+PEOPLE_TITLE_MAX_CHARS = 200  # a subject line
+PEOPLE_BODY_MAX_BYTES = 8 * 1024  # the question's markdown, as UTF-8: a page to read on a phone
+PEOPLE_MAX_NAMED = 50  # users and groups one wait (or its escalation, or a reassignment) names together
+PEOPLE_ARGUMENTS_MAX_BYTES = 16 * 1024  # the proposed arguments shown, and an edit's arguments sent back
+PEOPLE_SCHEMA_MAX_PROPERTIES = 50  # fields of an edit form: each a labelled input on the page
+PEOPLE_SCHEMA_MAX_ENUM = 100  # choices of one enum field: a select box
+PEOPLE_SCHEMA_MAX_STRING_CHARS = 10_000  # a string field's maxLength (and an edited string without one)
+PEOPLE_TEXT_MAX_CHARS = 4_000  # a respond's text, or a note with any decision
+PEOPLE_REMIND_MIN_SECONDS = 60  # remind_after_seconds / escalate_after_seconds: not a notice storm
+PEOPLE_LABEL_MAX_CHARS = 200  # an edit field's name, title or description: a label on the page
+PEOPLE_INBOX_MAX = 500  # questions one inbox page lists, oldest first: more than a person works through
+PEOPLE_SHOWN_JSON_CHARS = 20_000  # the payload and the arguments on the decision page, each, before "truncated"
+
+
+def decision_link_ttl_seconds() -> int:
+    """How long a signed decision link works (DECISION_LINK_TTL_SECONDS, default 3 days; never past the
+    wait's timeout): long enough for a weekend, short enough that an old mail is not a key."""
+    return max(60, int(settings.DECISION_LINK_TTL_SECONDS))
+
+
 def max_open_event_waits_per_agent() -> int:
     """Open event waits one agent may hold (429 beyond): each is probed by every delivery of its source."""
     return int(settings.MAX_OPEN_EVENT_WAITS_PER_AGENT)
+
+
+# --- Outbound notices (issue 29, todos/notices.py, todos/outbound.py) ---
+OUTBOUND_MAX_URL_CHARS = 2000  # an endpoint's or a callback's URL
+OUTBOUND_CONNECT_TIMEOUT_SECONDS = 5.0  # connecting to a receiver
+OUTBOUND_TIMEOUT_SECONDS = 10.0  # reading its answer, and the whole request at most (a slow receiver fails)
+OUTBOUND_MAX_REDIRECTS = 3  # hops followed, each checked by the SSRF guard again
+OUTBOUND_MAX_BODY_BYTES = 256 * 1024  # a webhook's JSON body (a todo's JSON is cut before it grows past this)
+OUTBOUND_MAX_RESPONSE_BYTES = 4 * 1024  # a receiver's answer read into a failure's error, at most
+NOTIFY_LEASE_SECONDS = 60  # a delivery's lease: a send takes at most OUTBOUND_TIMEOUT_SECONDS per hop
+
+
+def notify_max_attempts() -> int:
+    """Attempts per delivery before it dead-letters (settings.NOTIFY_MAX_ATTEMPTS): with the queue's backoff
+    (QUEUE_RETRY_BASE_SECONDS doubling up to its cap), 8 attempts span about 20 minutes at the defaults."""
+    return max(1, int(settings.NOTIFY_MAX_ATTEMPTS))

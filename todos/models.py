@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import string
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -33,6 +34,10 @@ from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
+# Switchboard's own queues (issue 29: outbound notices, todos/notices.py). Their leading "_" is outside
+# QUEUE_NAME_RE, so only the system creates into them (todos/queue/create.py), and an agent's scope reaches
+# them only when it names them with a literal leading "_" (Agent.*_like_patterns).
+SYSTEM_QUEUES = frozenset({"_switchboard.notify"})
 
 
 def new_todo_id() -> str:
@@ -51,6 +56,40 @@ def validate_scope(value: str) -> None:
         raise ValidationError("A scope is a queue name or a glob using * and ?, e.g. github.*")
     if wildcards(value) > MAX_SCOPE_WILDCARDS:
         raise ValidationError(f"A scope holds at most {MAX_SCOPE_WILDCARDS} wildcards (* or ?).")
+
+
+_QUEUE_FIRST_CHARS = string.ascii_letters + string.digits  # what QUEUE_NAME_RE lets an agent's queue start with
+
+
+def _without_system_queues(like: str) -> list[str]:
+    """LIKE patterns matching the names ``like`` matches, except those starting with "_" (the system's
+    queues). LIKE cannot say "not _", so a leading wildcard becomes one pattern per allowed first character."""
+    if like.startswith("%"):
+        # % matches the empty run too: then the rest must start the name, and must not reach "_" either.
+        rest = like.lstrip("%")
+        return [c + "%" + rest for c in _QUEUE_FIRST_CHARS] + (_without_system_queues(rest) if rest else [])
+    if like.startswith("_"):
+        return [c + like[1:] for c in _QUEUE_FIRST_CHARS]
+    if like.startswith("\\_"):
+        return []
+    return [like]
+
+
+def scope_like_patterns(scope: str) -> list[str]:
+    """An agent's scope as the LIKE patterns every query filters queues by. A scope reaches Switchboard's own
+    queues (SYSTEM_QUEUES, names starting with "_") only when it starts with a literal "_" itself, an
+    operator's explicit grant: ``*`` covers every agent's queue but never ``_switchboard.notify``."""
+    like = glob_to_like(scope)
+    if scope.startswith("_"):
+        return [like]
+    return _without_system_queues(like)
+
+
+def scope_matches(scopes: Iterable[str], queue: str) -> bool:
+    """The Python side of scope_like_patterns: whether one of ``scopes`` covers ``queue``."""
+    if queue.startswith("_"):
+        scopes = [s for s in scopes if s.startswith("_")]
+    return matches_any(scopes, queue)
 
 
 def glob_to_like(pattern: str) -> str:
@@ -115,6 +154,21 @@ def validate_caller_idempotency_key(value: str) -> None:
         raise ValidationError(
             f"Keys starting with {' or '.join(repr(p) for p in SYSTEM_KEY_PREFIXES)} are reserved for the todos "
             "of webhook routes and schedules."
+        )
+
+
+# Sources the task protocols give the todos an agent creates through them (issue 33): MCP Tasks on the
+# 2025-11-25 wire (``mcp-task:<agent key>``, what its tasks/list lists) and A2A (``a2a:<agent key>``, what
+# ListTasks lists). An agent may not claim one for a todo it creates over REST: it would put the todo in
+# another agent's task list.
+TASK_SOURCE_PREFIXES = ("mcp-task:", "a2a:")
+
+
+def validate_caller_source(value: str) -> None:
+    if value.startswith(TASK_SOURCE_PREFIXES):
+        raise ValidationError(
+            f"Sources starting with {' or '.join(repr(p) for p in TASK_SOURCE_PREFIXES)} are reserved for the "
+            "todos of MCP tasks and A2A messages."
         )
 
 
@@ -219,6 +273,11 @@ class Todo(models.Model):
     tree_usage = models.JSONField(null=True, blank=True, editable=False)
     budget = models.JSONField(null=True, blank=True, editable=False)
     budget_exhausted = models.BooleanField(null=True, blank=True, editable=False)
+    # A producer's callback (issue 29), given at create: {"url", "events": ["done", "dead_lettered"], "agent":
+    # the creator, whose webhook_secret signs it, "max_attempts"}. Null for a plain create (no bytes beyond the
+    # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
+    # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
+    callback = models.JSONField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -417,10 +476,40 @@ class Waitpoint(models.Model):
     # deploy, a bench's raw insert) still makes a wait that names no resolvers.
     resolver_agents = ArrayField(models.CharField(max_length=100), db_default=Value([]), blank=True)
     resolver_scopes = ArrayField(models.CharField(max_length=300), db_default=Value([]), blank=True)
+    # for {"people": ...} (issue 29, todos/people/): the question (title, body, decisions, edit_schema,
+    # arguments, as asked, with the deciders' names), who may decide (user and group ids; the escalation
+    # groups once escalated_at is set), when to remind and escalate (NULL: never), when that happened (each
+    # once, by the reaper), and the username that decided (a loser of a race is told who won and when).
+    people = models.JSONField(null=True, blank=True)
+    decider_users = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    decider_groups = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    escalate_groups = ArrayField(models.IntegerField(), db_default=Value([]), blank=True)
+    remind_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, null=True, blank=True)
 
     class Meta:
         # Each index holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
+            # the reaper's remind_people / escalate_people: due reminders and escalations in order.
+            models.Index(
+                fields=["remind_at"],
+                condition=Q(remind_at__isnull=False, reminded_at__isnull=True, resolved_at__isnull=True),
+                name="waitpoint_remind_due",
+            ),
+            models.Index(
+                fields=["escalate_at"],
+                condition=Q(escalate_at__isnull=False, escalated_at__isnull=True, resolved_at__isnull=True),
+                name="waitpoint_escalate_due",
+            ),
+            # the inbox: open waits for people, oldest first (few: each is a question to a person).
+            models.Index(
+                fields=["created_at"],
+                condition=Q(people__isnull=False, resolved_at__isnull=True),
+                name="waitpoint_open_people",
+            ),
             # the reaper's time_out_waits: due timeouts in order.
             models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
             # an ingest transaction's lookup, one probe per scalar leaf of the delivery's payload.
@@ -439,6 +528,28 @@ class Waitpoint(models.Model):
 
     def __str__(self) -> str:
         return f"wait of {self.todo_id}"
+
+
+class DecisionLink(models.Model):
+    """A signed link to one decision (issue 29): bound to one wait (its todo and the wait's created_at, so a
+    later wait of the same todo does not honour it) and one person, expiring, spent on first use. Only the
+    SHA-256 of its random token is stored (hash_token). Using it lets that person decide that one wait
+    without a login (a session flag scoped to the todo, todos/people/views.py), nothing else."""
+
+    token_hash = models.CharField(primary_key=True, max_length=64)
+    todo_id = models.CharField(max_length=40)
+    wait_created_at = models.DateTimeField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # the reaper deletes expired links in order (todos/queue/people.py)
+        indexes = [models.Index(fields=["expires_at"], name="decisionlink_expiry")]
+
+    def __str__(self) -> str:
+        return f"decision link for {self.todo_id}"
 
 
 class Dependency(models.Model):
@@ -563,6 +674,9 @@ class Agent(models.Model):
     can_manage_queues = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(db_default=Now())
+    # Signs the callbacks of the todos this agent creates (issue 29, Standard Webhooks ``whsec_``), so their
+    # producer can verify them; shown by create_agent. Null until the agent first needs one.
+    webhook_secret = models.CharField(max_length=100, null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name
@@ -574,20 +688,22 @@ class Agent(models.Model):
         self.token_prefix = token[:10]
         return token
 
+    # Scopes as LIKE patterns (scope_like_patterns: none reaches a system queue unless it names one with a
+    # literal leading "_").
     def claim_like_patterns(self) -> list[str]:
-        return [glob_to_like(s) for s in self.claim_scopes]
+        return [p for s in self.claim_scopes for p in scope_like_patterns(s)]
 
     def create_like_patterns(self) -> list[str]:
-        return [glob_to_like(s) for s in self.create_scopes]
+        return [p for s in self.create_scopes for p in scope_like_patterns(s)]
 
     def visible_like_patterns(self) -> list[str]:
         return sorted({*self.claim_like_patterns(), *self.create_like_patterns()})
 
     def may_create_in(self, queue: str) -> bool:
-        return matches_any(self.create_scopes, queue)
+        return scope_matches(self.create_scopes, queue)
 
     def may_claim_from(self, queue: str) -> bool:
-        return matches_any(self.claim_scopes, queue)
+        return scope_matches(self.claim_scopes, queue)
 
     def outside_claim_scopes(self, wanted: Iterable[str]) -> list[str]:
         """The names or globs in ``wanted`` that no claim scope covers and that cover no claim scope: a
@@ -709,3 +825,57 @@ class LoginThrottle(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` and 32 random bytes in base64 (todos/notices.py)."""
+    import base64
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class NotifyEndpoint(models.Model):
+    """Where a person's (or a group's) notices go besides email (issue 29): an HTTP receiver that gets each
+    notice as a signed Standard Webhooks POST (todos/notices.py), e.g. a Slack or Teams bridge. Exactly one
+    of ``user`` and ``group``. The URL is checked by the SSRF guard on save (check_outbound_url) and again
+    on every send; the secret is shown once, when the admin creates it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="notify_endpoints"
+    )
+    url = models.CharField(
+        max_length=2000, help_text="http(s); checked against private addresses on save and on every send."
+    )
+    secret = models.CharField(max_length=100, default=new_webhook_secret, editable=False)
+    active = models.BooleanField(default=True)
+    # The notice events it wants (e.g. wait.asked, wait.reminder); empty: all of them.
+    events = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False),
+                name="notify_endpoint_one_owner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user or self.group} -> {self.url}"
+
+    def wants(self, event: str) -> bool:
+        return not self.events or event in self.events
+
+    def clean(self) -> None:
+        from todos.errors import InvalidTransitionInput
+        from todos.notices import check_outbound_url
+
+        if (self.user_id is None) == (self.group_id is None):
+            raise ValidationError("An endpoint belongs to one user or one group.")
+        try:
+            check_outbound_url(self.url, field="url")
+        except InvalidTransitionInput as exc:  # the API's 400 as a form error
+            raise ValidationError({"url": str(exc)}) from exc

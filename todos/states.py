@@ -298,3 +298,94 @@ def shape_constraints() -> list[Any]:
     ]
     checks.append(models.CheckConstraint(condition=LEASE_COHERENT, name="todo_lease_coherent"))
     return checks
+
+
+# --- Task protocols (issue 33): one table from a todo to MCP task statuses and A2A task states --------
+# A todo is the task of every task protocol Switchboard serves: the MCP Tasks of the 2025-11-25 wire
+# (todos/mcp/tasks_2025.py) and of the 2026-07-28 extension (todos/mcp/tasks.py) share one status
+# vocabulary; A2A v1.0 (todos/a2a/) has its own. Each row is one displayed state (``DISPLAYED``), the
+# waiting state split by what it waits for. docs/agents.md shows this table as
+# ``task_state_table_markdown()`` renders it (todos/tests/test_task_states.py checks the doc).
+
+# What a waiting todo waits for (its waiting_for's key) that a person or another agent answers: the task
+# needs input. A wait on todos or an event resolves on its own: the task is still working.
+INPUT_WAITS = ("token", "manual", "people")
+
+
+def waits_for_input(todo: Todo) -> bool:
+    waiting_for = todo.waiting_for
+    return (
+        todo.state == TodoState.WAITING and isinstance(waiting_for, dict) and any(k in waiting_for for k in INPUT_WAITS)
+    )
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """How one state of a todo reads on each task protocol, and the rows in it (``q``, for a filter)."""
+
+    todo: str  # the state as docs and the admin name it
+    mcp: str  # MCP task status, both wires (working, input_required, completed, failed, cancelled)
+    a2a: str  # A2A v1.0 TaskState, its ProtoJSON name
+    q: Q
+
+
+_WAITS_FOR_INPUT = Q(waiting_for__has_any_keys=list(INPUT_WAITS))
+
+TASK_PENDING = TaskState("pending, scheduled", "working", "TASK_STATE_SUBMITTED", (PENDING | SCHEDULED).q)
+TASK_CLAIMED = TaskState("claimed, retry-waiting", "working", "TASK_STATE_WORKING", (CLAIMED | RETRY_WAITING).q)
+TASK_WAITING = TaskState("waiting on todos or an event", "working", "TASK_STATE_WORKING", WAITING.q & ~_WAITS_FOR_INPUT)
+TASK_INPUT = TaskState(
+    "waiting on a token, a person or a manual resolve",
+    "input_required",
+    "TASK_STATE_INPUT_REQUIRED",
+    WAITING.q & _WAITS_FOR_INPUT,
+)
+TASK_DONE = TaskState("done", "completed", "TASK_STATE_COMPLETED", DONE.q)
+TASK_DEAD = TaskState("dead-letter", "failed", "TASK_STATE_FAILED", DEAD_LETTER.q)
+TASK_CANCELLED = TaskState("cancelled", "cancelled", "TASK_STATE_CANCELED", CANCELLED.q)
+
+TASK_STATES: tuple[TaskState, ...] = (
+    TASK_PENDING,
+    TASK_CLAIMED,
+    TASK_WAITING,
+    TASK_INPUT,
+    TASK_DONE,
+    TASK_DEAD,
+    TASK_CANCELLED,
+)
+
+
+def task_state(todo: Todo) -> TaskState:
+    """The row of ``TASK_STATES`` that ``todo`` is in (a retry-waiting todo is still being worked on)."""
+    if todo.state == TodoState.DONE:
+        return TASK_DONE
+    if todo.state == TodoState.CANCELLED:
+        return TASK_CANCELLED
+    if todo.state == TodoState.FAILED:
+        return TASK_DEAD if DEAD_LETTER.holds(todo) else TASK_CLAIMED
+    if todo.state == TodoState.WAITING:
+        return TASK_INPUT if waits_for_input(todo) else TASK_WAITING
+    if todo.state == TodoState.CLAIMED:
+        return TASK_CLAIMED
+    return TASK_PENDING
+
+
+def a2a_state_q(a2a: str) -> Q | None:
+    """The rows whose A2A task state is ``a2a`` (a ListTasks filter), or None for a state no todo is in."""
+    rows = [row.q for row in TASK_STATES if row.a2a == a2a]
+    if not rows:
+        return None
+    condition = rows[0]
+    for row in rows[1:]:
+        condition |= row
+    return condition
+
+
+def task_state_table_markdown() -> str:
+    """``TASK_STATES`` as the Markdown table docs/agents.md shows."""
+    lines = [
+        "| todo | MCP task status (2025-11-25 and 2026-07-28) | A2A v1.0 task state |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {row.todo} | `{row.mcp}` | `{row.a2a}` |" for row in TASK_STATES]
+    return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ A ``for`` is exactly one of:
   {"todos": [ids]}                                       the listed todos all finish
   {"event": {"source", "type" (glob), "match": {...}}}   the first verified event that matches
   {"token": true}                                        POST /api/v1/waitpoints/resolve/ {"token": ...}
+  {"people": {"users", "groups", "title", ...}}          a person decides (issue 29, todos/people/spec.py)
 An event wait names a source the waiter can see: a route of it reaches the waiter's scopes, the rule of
 GET /api/v1/events/ (todos/event_sources.py asks ingest; refused as an unknown source would be).
 
@@ -30,10 +31,14 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from rest_framework import serializers
+
 from todos import limits
+from todos.api.fields import stored_json_bytes
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_AWAITED, MAX_MATCH_PATHS, MAX_MATCHABLE_LEAVES, WAIT_TIMEOUT_MAX_SECONDS
 from todos.models import SCOPE_RE, OnTimeout, glob_to_like
+from todos.people import spec as people_spec
 
 SLUG_MAX, TYPE_MAX, PATH_MAX, ID_MAX = 100, 200, 200, 40
 AGENT_NAME_RE = re.compile(r"[-a-zA-Z0-9_]{1,100}")  # Agent.name is a SlugField of up to 100
@@ -58,13 +63,14 @@ def _text(value: Any, max_chars: int) -> bool:
 class WaitFor:
     """A parsed ``for``: ``shown`` is what the todo's JSON shows (waiting_for), never a token."""
 
-    kind: str  # "todos" | "event" | "token"
+    kind: str  # "todos" | "event" | "token" | "people"
     shown: dict[str, Any]
     todo_ids: list[str] = field(default_factory=list)
     source: str | None = None
     type_like: str | None = None
     match: dict[str, Any] | None = None  # nested, for containment
     key: str | None = None
+    people: people_spec.PeopleSpec | None = None  # for {"people": ...} (todos/people/spec.py)
 
 
 def event_key(source: str, path: str = "", value: Any = None) -> str:
@@ -142,10 +148,25 @@ def _parse_event(spec: Any) -> WaitFor:
 def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
     """The ``for`` of a wait, checked: InvalidTransitionInput names the field at fault."""
     if not isinstance(spec, dict) or len(spec) != 1:
-        raise _bad('for must be exactly one of {"todos": [ids]}, {"event": {...}}, {"token": true}.', "for")
+        raise _bad(
+            'for must be exactly one of {"todos": [ids]}, {"event": {...}}, {"token": true}, {"people": {...}}.',
+            "for",
+        )
+    ((kind, value),) = spec.items()
+    if kind == "people":
+        # Bigger (a question's body, arguments and schema), and only its short part reaches errors. Stored
+        # as given (jsonb): no NUL, no lone surrogate, no NaN, bounded nesting (the payload's rule).
+        try:
+            size = stored_json_bytes(spec)
+        except serializers.ValidationError as exc:
+            why = str(exc.detail[0]) if isinstance(exc.detail, list) else "not storable JSON"
+            raise _bad(why, "for.people") from None
+        if size > limits.PEOPLE_WAIT_MAX_BYTES:
+            raise _bad(f"people is at most {limits.PEOPLE_WAIT_MAX_BYTES} bytes as JSON.", "for.people")
+        asked = people_spec.parse(value)
+        return WaitFor(kind="people", shown=asked.shown(), people=asked)
     if _json_bytes(spec) > limits.WAIT_FOR_MAX_BYTES:
         raise _bad(f"for is at most {limits.WAIT_FOR_MAX_BYTES} bytes as JSON.", "for")
-    ((kind, value),) = spec.items()
     if kind == "token":
         if value is not True:
             raise _bad("token must be true.", "for.token")
@@ -162,7 +183,7 @@ def parse_for(spec: Any, *, waiter_id: str) -> WaitFor:
         if waiter_id in awaited:
             raise _bad("A todo cannot wait for itself.", "for.todos")
         return WaitFor(kind="todos", shown={"todos": awaited}, todo_ids=awaited)
-    raise _bad(f"Unknown kind {kind!r}; expected todos, event or token.", f"for.{kind}")
+    raise _bad(f"Unknown kind {kind[:60]!r}; expected todos, event, token or people.", f"for.{kind[:60]}")
 
 
 def _json_bytes(value: Any) -> int:

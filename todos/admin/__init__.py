@@ -45,7 +45,18 @@ from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_SELECTED, MAX_TREE_CHILDREN_SHOWN
-from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
+from todos.models import (
+    SYSTEM_QUEUES,
+    Agent,
+    NotifyEndpoint,
+    Queue,
+    Schedule,
+    Todo,
+    TodoState,
+    Waitpoint,
+    new_webhook_secret,
+)
+from todos.people.links import decide_path
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -261,7 +272,11 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
     # --- the detail page ------------------------------------------------------------------------
     @admin.display(description="payload")
     def payload_json(self, obj: Todo) -> SafeString:
-        return show.pretty_json(obj.payload)
+        payload = obj.payload
+        if obj.queue in SYSTEM_QUEUES and isinstance(payload, dict) and "secret" in payload:
+            # A delivery to a URL carries its signing secret (todos/notices.py, notify_url): not for show.
+            payload = {**payload, "secret": "whsec_… (hidden)"}
+        return show.pretty_json(payload)
 
     @admin.display(description="progress")
     def progress_json(self, obj: Todo) -> SafeString:
@@ -284,6 +299,9 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             for i in (obj.waiting_for or {}).get("todos", [])
             if isinstance(i, str)
         ]
+        if "people" in (obj.waiting_for or {}):
+            # A wait for people is decided (or reassigned) on its decision page (issue 29).
+            links.append(format_html('<a href="{}">Open the decision page</a>', decide_path(obj.pk)))
         shown = show.pretty_json(obj.waiting_for)
         return format_html("{}{}", shown, format_html_join(" ", "{}", ((link,) for link in links))) if links else shown
 
@@ -520,9 +538,12 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         "can_manage_queues",
         "is_active",
         "token_prefix",
+        "webhook_secret",
         "created_at",
     )
-    readonly_fields = ("token_prefix", "created_at")
+    # webhook_secret signs the callbacks of the todos the agent creates (issue 29): its producer needs it to
+    # verify them, so staff who manage agents may read it; it authenticates nothing.
+    readonly_fields = ("token_prefix", "webhook_secret", "created_at")
     actions = ["revoke", "rotate_token"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -533,6 +554,7 @@ class AgentAdmin(admin.ModelAdmin[Agent]):
         if not change:
             # Kept on the request object only, for response_add to show once; never stored.
             request._new_agent_token = obj.set_new_token()  # type: ignore[attr-defined]
+            obj.webhook_secret = new_webhook_secret()
         super().save_model(request, obj, form, change)
 
     def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
@@ -769,3 +791,40 @@ class ScheduleAdmin(admin.ModelAdmin[Schedule]):
 
 # The console's login counts failures per name and per address and locks either past its limit (issue 28).
 admin.site.login_form = ThrottledAdminLoginForm
+
+
+@admin.register(NotifyEndpoint)
+class NotifyEndpointAdmin(admin.ModelAdmin[NotifyEndpoint]):
+    """Where a person's or a group's notices go besides email (issue 29): a signed webhook receiver. The URL
+    passes the SSRF guard on save (NotifyEndpoint.clean); the signing secret is shown once, on creation and
+    on rotation."""
+
+    list_display = ("__str__", "user", "group", "url", "active", "events", "created_at")
+    list_filter = ("active",)
+    search_fields = ("url", "user__username", "group__name")
+    list_select_related = ("user", "group")
+    fields = ("user", "group", "url", "active", "events", "created_at")
+    readonly_fields = ("created_at",)
+    actions = ["rotate_secret"]
+
+    def response_add(
+        self, request: HttpRequest, obj: NotifyEndpoint, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        return self._secret_page(request, [obj], "Endpoint created")
+
+    @admin.action(description="Rotate the signing secret (the old one stops verifying)", permissions=["change"])
+    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[NotifyEndpoint]) -> HttpResponse:
+        endpoints = list(queryset[:MAX_SELECTED])
+        for endpoint in endpoints:
+            endpoint.secret = new_webhook_secret()
+            endpoint.save(update_fields=["secret"])
+        return self._secret_page(request, endpoints, "Secrets rotated")
+
+    def _secret_page(self, request: HttpRequest, endpoints: list[NotifyEndpoint], title: str) -> HttpResponse:
+        response = TemplateResponse(
+            request,
+            "admin/todos/notifyendpoint/secret_once.html",
+            {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title, "endpoints": endpoints},
+        )
+        response["Cache-Control"] = "no-store"
+        return response

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import User
 
 from todos import queue, states
-from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
-from todos.models import Todo
+from todos.errors import AlreadyDecided, InvalidTransitionInput, NotAResolver, TodoConflict, TodoNotFound
+from todos.models import Todo, Waitpoint
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ def _resolve(verdict: str) -> tuple[Callable[[str, str, str], Todo], Callable[[l
     "operator", verdict, note}. One statement per todo: resolving is rare and done by hand."""
 
     def one(pk: str, who: str, note: str) -> Todo:
+        if Waitpoint.objects.filter(pk=pk, people__isnull=False, resolved_at__isnull=True).exists():
+            # A wait for people (issue 29): the operator decides it as a person, so the agent gets the
+            # same resolution shape whoever decides ({by: "person", decision, text, decided_by}).
+            operator = User.objects.get(username=who)
+            decision = "approve" if verdict == "approved" else "reject"
+            return queue.decide(pk, user=operator, decision=decision, text=note)
         return queue.resolve(pk, by=who, verdict=verdict, note=note)
 
     def many(ids: list[str], who: str, note: str) -> list[Todo]:
@@ -70,7 +77,7 @@ def _resolve(verdict: str) -> tuple[Callable[[str, str, str], Todo], Callable[[l
         for pk in ids:
             try:
                 moved.append(one(pk, who, note))
-            except (TodoConflict, TodoNotFound):
+            except (TodoConflict, TodoNotFound, AlreadyDecided, NotAResolver):
                 continue  # explained by _classify
         return moved
 

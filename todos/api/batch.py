@@ -17,7 +17,7 @@ from todos.api.fields import stored_json_bytes
 from todos.api.serializers import BatchCreateInput, BatchCreateItemInput, ParentInput
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_CREATE_BATCH, MAX_DEPENDENCIES
-from todos.models import QUEUE_NAME_RE, is_system_key
+from todos.models import QUEUE_NAME_RE, TASK_SOURCE_PREFIXES, is_system_key
 
 # --- the batch's fast path ----------------------------------------------------------------------
 # DRF validates an item in about 0.1-0.2 ms, a batch of 1,000 in longer than the INSERT of it takes. Items
@@ -83,6 +83,7 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
     index = _bounds(fields["depends_on_index"].child)  # type: ignore[attr-defined]
     dependency = _plain_text(fields["depends_on"].child)  # type: ignore[attr-defined]
     key = _plain_text(fields["idempotency_key"])  # type: ignore[arg-type]
+    source = _plain_text(fields["source"])  # type: ignore[arg-type]
     policies = set(fields["on_dependency_failure"].choices)  # type: ignore[attr-defined]
     rules |= {
         # fullmatch: the pattern's $ would let a trailing newline through, which DRF trims first
@@ -103,6 +104,9 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "spawn_caps": lambda v: v is None,  # an object to validate: the serializer's
         "children": lambda v: v in ("keep", "cancel"),
         "budget": lambda v: v is None,  # counters to validate: the serializer's
+        "callback": lambda v: v is None,  # an object to validate: the serializer's
+        # a task protocol's reserved prefix (mcp-task:, a2a:) is the serializer's 400
+        "source": lambda v: source(v) and not v.startswith(TASK_SOURCE_PREFIXES),
     }
     # A callable default (payload's dict) makes a fresh value per item, as DRF does: none is shared.
     defaults = {name: field.default for name, field in fields.items() if field.default is not serializers.empty}

@@ -42,6 +42,7 @@ from todos.limits import (
     MAX_RETRY_IN_SECONDS,
     MAX_TREE_DEPTH,
     MAX_USAGE_COUNTERS,
+    OUTBOUND_MAX_URL_CHARS,
     WAIT_TIMEOUT_MAX_SECONDS,
 )
 from todos.models import (
@@ -50,6 +51,7 @@ from todos.models import (
     Todo,
     TodoState,
     validate_caller_idempotency_key,
+    validate_caller_source,
     validate_queue_name,
 )
 from todos.queue import TodoRef
@@ -389,13 +391,28 @@ _USAGE_HELP = (
 )
 
 
+class CallbackInput(StrictInput):
+    """Where to POST the todo when it is done or dead-lettered: a signed Standard Webhooks request."""
+
+    url = serializers.CharField(max_length=OUTBOUND_MAX_URL_CHARS)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=["done", "dead_lettered"]),
+        required=False,
+        min_length=1,
+        max_length=2,
+        help_text="Default both.",
+    )
+
+
 class TodoCreateInput(StrictInput):
     queue = serializers.CharField(max_length=200, validators=[validate_queue_name])
     kind = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     title = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     payload = BoundedJSONField(required=False, default=dict)
     # Named like Field.source; the metaclass takes it off the class (see TodoSerializer.errors).
-    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")  # type: ignore[assignment]
+    source = serializers.CharField(  # type: ignore[assignment]
+        max_length=100, required=False, allow_blank=True, default="", validators=[validate_caller_source]
+    )
     idempotency_key = serializers.CharField(
         max_length=300,
         required=False,
@@ -468,6 +485,14 @@ class TodoCreateInput(StrictInput):
         default=None,
         help_text="A root's budget {cost_usd: 5, ...}: once its tree's usage reaches a counter's limit, claims "
         "skip the tree's todos (blocked: budget) until an operator raises it. Not with parent.",
+    )
+    callback = CallbackInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="{url, events}: a signed webhook (todo.done / todo.dead_lettered, the todo's JSON) to url when "
+        "the todo gets there, signed with your agent's webhook_secret (docs/producers.md). A private or loopback "
+        "URL is a 400 naming callback.url.",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -647,7 +672,9 @@ class WaitInput(StrictInput):
     # "for" is a Python keyword: declared through the class namespace (todos/waitpoints.py checks it).
     vars()["for"] = serializers.JSONField(
         help_text='Exactly one of {"todos": [ids]}, {"event": {"source", "type" (glob), "match": '
-        '{"dotted.path": value}}}, {"token": true}.'
+        '{"dotted.path": value}}}, {"token": true}, {"people": {"users", "groups", "title", "body", "decisions", '
+        '"edit_schema", "arguments", "remind_after_seconds", "escalate_after_seconds", "escalate_to"}} '
+        "(docs/agents.md)."
     )
     timeout_seconds = serializers.FloatField(
         min_value=1,

@@ -583,8 +583,11 @@ class TodoWaitApi(APIView):
         summary="Wait for something, giving the lease back",
         description="The holder gives the lease back (as release: the attempt is returned) and the todo is "
         "`waiting`, never claimed, until what `for` names resolves it: the listed todos all finish (done, "
-        "cancelled or dead-lettered), a verified event of the source whose type and payload match, or the "
-        "token's resolve (the answer's `waitpoint`, shown this once). Besides, an operator may resolve any wait, "
+        "cancelled or dead-lettered), a verified event of the source whose type and payload match, the "
+        "token's resolve (the answer's `waitpoint`, shown this once), or a person's decision (`people`: the "
+        "users and groups named decide on /decide/<id>/, never an agent; `resolution` is "
+        '`{by: "person", decision, edited, text, decided_by, at}`; 400 naming a user or group that does not '
+        "exist). Besides, an operator may resolve any wait, "
         "and the agents `resolvers` names (never the waiting agent; absent, no agent). Then it is pending at "
         "once, and its next claim shows `resolution`. After `timeout_seconds`: pending with "
         '`resolution.timed_out`, or for `on_timeout` "fail" a failure that counts toward the attempts. 404 names '

@@ -32,7 +32,7 @@ from switchboard.api import error_body
 from switchboard.mounted import CALLER_SCOPE_KEY
 from todos import auth, budgets
 from todos.errors import BudgetExceeded
-from todos.mcp import tasks, tools
+from todos.mcp import tasks, tasks_2025, tools
 from todos.models import Agent, hash_token
 
 Scope = dict[str, Any]
@@ -83,6 +83,7 @@ def build_server() -> Server[Any]:
         on_call_tool=_call_tool,
     )
     tasks.install(server)  # todos as MCP Tasks (todos/mcp/tasks.py)
+    tasks_2025.install(server)  # and on the 2025-11-25 wire (todos/mcp/tasks_2025.py)
     return server
 
 
@@ -220,6 +221,10 @@ class McpEndpoint:
             await JSONResponse(error_body(exc.code, exc.detail, **exc.extra), status_code=429, headers=retry)(
                 scope, receive, send
             )
+            return
+        if tasks_2025.wants_status_stream(scope):
+            # The 2025-11-25 wire's listening client: task status notifications (todos/mcp/tasks_2025.py).
+            await tasks_2025.status_stream(agent, scope, receive, send)
             return
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
 

@@ -47,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 2000
-# What a waiting todo waits for (issue 20's waiting_for) that a person or agent answers: input_required.
-INPUT_KINDS = ("token", "manual")
 
 
 class TaskIdParams(types.RequestParams):
@@ -88,24 +86,9 @@ def _input_key(todo: Todo) -> str:
     return f"resolve-{todo.updated_at.timestamp():.6f}"
 
 
-def _waits_for_input(todo: Todo) -> bool:
-    waiting_for = getattr(todo, "waiting_for", None)
-    return isinstance(waiting_for, dict) and any(kind in waiting_for for kind in INPUT_KINDS)
-
-
 def task_status(todo: Todo) -> str:
-    """The task status of a todo's state: scheduled, pending, claimed, and waiting on todos or an event are
-    working; waiting on a token or a manual resolve is input_required; done completed; a dead-letter failed
-    (a retry-waiting todo is still working); cancelled cancelled."""
-    if todo.state == states.TodoState.DONE:
-        return "completed"
-    if todo.state == states.TodoState.CANCELLED:
-        return "cancelled"
-    if states.DEAD_LETTER.holds(todo):
-        return "failed"
-    if todo.state == "waiting" and _waits_for_input(todo):
-        return "input_required"
-    return "working"
+    """The task status of a todo's state: the one table of todos/states.py (``TASK_STATES``)."""
+    return states.task_state(todo).mcp
 
 
 def _last_error(todo: Todo) -> dict[str, Any]:
@@ -172,11 +155,12 @@ def _invalid_params(body: dict[str, Any]) -> MCPError:
     return MCPError(code=INVALID_PARAMS, message=str(body["error"]["detail"]), data=body)
 
 
-async def _run(ctx: ServerRequestContext[Any], work: Any) -> dict[str, Any]:
+async def _run(ctx: ServerRequestContext[Any], work: Any, *, extension: bool = True) -> dict[str, Any]:
     """Run a task method's work in the pool. Every failure is answered here: a refused transition or bad
     input is -32602 with the REST error body, a lost database INTERNAL_ERROR; anything else is logged with
-    its cause and answered with a fixed text, so nothing unexpected reaches the SDK's own error text."""
-    if not declares_tasks(ctx):
+    its cause and answered with a fixed text, so nothing unexpected reaches the SDK's own error text.
+    ``extension``: the request must declare the 2026-07-28 extension (the 2025-11-25 wire passes False)."""
+    if extension and not declares_tasks(ctx):
         raise _missing_capability()
     try:
         result: dict[str, Any] = await tools.in_thread(work)

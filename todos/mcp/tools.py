@@ -290,10 +290,11 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "delay_seconds": {"type": "number", "minimum": 0},  # not with run_at: a 400 says so
     "fair_key": {"type": "string", "description": "Fair queues: whose share."},
     "traceparent": _STR,  # W3C Trace Context: the name says it
-    "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first (<=100)."},
+    "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first."},
     "on_dependency_failure": {"enum": ["cancel", "run"]},
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
     "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
+    "callback": {},  # {url, events}: a signed webhook when done or dead-lettered, as REST's
     "children": {},  # "cancel": its finish cancels what is left under it; "keep" (default)
     "budget": {},  # a root's {counter: limit}, as REST's
 }
@@ -331,8 +332,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "claim",
-            "Lease the next todo of your queues (or id); null if none within wait_seconds. Then heartbeat, and "
-            "complete, fail or release.",
+            "Lease the next todo of your queues (or id); null if none in wait_seconds. Then heartbeat; complete, "
+            "fail or release.",
             _input(
                 {
                     "id": _ID,
@@ -389,8 +390,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "wait",
-            "Give the lease back until for resolves: {todos:[ids]}, {event:{source,type,match}}, {token:true}, or "
-            "a resolver.",
+            "Give the lease back until for resolves: {todos:[ids]}, {event:{source,type,match}}, {token:true}, "
+            "{people:{users,groups,...}} or a resolver.",
             _input(
                 {
                     "id": _ID,
@@ -407,8 +408,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            f"Create a todo in your scopes, or todos: up to {MAX_CREATE_BATCH} "
-            "(depends_on_index: earlier items), all or none.",
+            f"Create a todo in your scopes, or todos: up to {MAX_CREATE_BATCH} at once, all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {
                 "type": "object",
@@ -418,7 +418,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "explain",
-            "Why id is not claimed now; no id: why your claims get nothing.",
+            "Why id is not claimed; no id: why your claims get none.",
             _input({"id": _ID, "queues": {}}),
             {"type": "object"},
             explain_tool,
@@ -455,10 +455,14 @@ def _invalid(fields: Any) -> JSONObject:
     return error_body("invalid", "The arguments are invalid.", fields=fields)
 
 
-async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToolResult:
+Runner = Callable[[Agent, Args], Awaitable[JSONObject]]
+
+
+async def call(name: str, agent: Agent, arguments: Args | None, *, run: Runner | None = None) -> types.CallToolResult:
     """Run one tool for ``agent``; every anticipated failure is a tool error with the REST error body.
     An unknown tool is not a tool's failure but a bad request: a JSON-RPC error (-32602), as the spec
-    asks."""
+    asks. ``run`` replaces the tool's own function with one taking the same arguments (a task-augmented
+    create_for, todos/mcp/tasks_2025.py)."""
     tool = TOOLS.get(name)
     if tool is None:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name[:100]}")
@@ -466,7 +470,7 @@ async def call(name: str, agent: Agent, arguments: Args | None) -> types.CallToo
     if unknown := sorted(set(args) - set(tool.input_schema["properties"])):
         return error_result(_invalid({key: ["Unknown argument."] for key in unknown}))
     try:
-        return tool_result(await tool.run(agent, args))
+        return tool_result(await (run or tool.run)(agent, args))
     except serializers.ValidationError as exc:
         return error_result(_invalid(exc.detail))
     except QueueError as exc:

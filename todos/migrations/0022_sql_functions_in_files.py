@@ -12,8 +12,7 @@ from todos.sql import functions
 class Migration(migrations.Migration):
     dependencies = [("todos", "0021_register_queues_per_statement")]
 
-    # The functions there were then, by name: a function added later is loaded by its own migration, after
-    # the columns it reads (a trigger's WHEN is checked when it is created).
+    # The functions of that time, by name: a later file (0027's trigger) may name columns added after 0022.
     operations = [
         functions.load(
             "todos_fair_key_pending",

@@ -32,6 +32,7 @@ from todos.queue.operators import (
     set_priority,
     set_priority_many,
 )
+from todos.queue.people import decide, escalate_people, reassign, remind_people
 from todos.queue.reaper import (
     LapseResult,
     ReapResult,
@@ -59,8 +60,10 @@ __all__ = [
     "complete_many",
     "create",
     "create_many",
+    "decide",
     "discard",
     "discard_many",
+    "escalate_people",
     "fail",
     "force_release",
     "force_release_many",
@@ -68,7 +71,9 @@ __all__ = [
     "promote_due_retries",
     "promote_due_scheduled",
     "reap_once",
+    "reassign",
     "release",
+    "remind_people",
     "requeue_lapsed",
     "resolve",
     "resolve_events",

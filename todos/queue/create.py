@@ -13,16 +13,31 @@ from django.conf import settings
 from django.db import transaction
 from psycopg.types.json import Jsonb
 
-from todos import sql, tracing
+from todos import notices, sql, tracing
 from todos.errors import (
     InvalidTransitionInput,
     QueueError,
     TodoConflict,
     TodoNotFound,
 )
-from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
+from todos.limits import (
+    MAX_CREATE_BATCH,
+    MAX_DELAY_SECONDS,
+    MAX_FAIR_KEY_CHARS,
+    MAX_QUEUE_LIMIT,
+    notify_max_attempts,
+)
 from todos.metrics import TRANSITIONS, counted
-from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
+from todos.models import (
+    QUEUE_NAME_RE,
+    SYSTEM_QUEUES,
+    Agent,
+    OnDependencyFailure,
+    Todo,
+    new_todo_id,
+    new_webhook_secret,
+    visible_patterns,
+)
 from todos.queue._common import JSON, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
@@ -51,6 +66,7 @@ CREATE_FIELDS = (
     "spawn_caps",
     "children",
     "budget",
+    "callback",
 )
 
 
@@ -78,6 +94,7 @@ def create(
     spawn_caps: Mapping[str, int] | None = None,
     children: str = "keep",
     budget: Mapping[str, float] | None = None,
+    callback: Mapping[str, Any] | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -94,6 +111,10 @@ def create(
     ``children``: "cancel" makes its finish cancel what is left under it (todos/queue/trees.py); "keep" not.
     ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree; not with
     ``parent``.
+    ``callback``: ``{"url", "events"}`` (events: ``done`` and/or ``dead_lettered``, default both): when the todo
+    gets there, a signed webhook of ``todo.done`` / ``todo.dead_lettered`` with the todo's JSON goes to the
+    URL (todos/notices.py), signed with the creating agent's webhook_secret. The URL passes the SSRF guard
+    (400 naming ``callback.url``).
     """
     item = {
         "queue": queue,
@@ -115,6 +136,7 @@ def create(
         "spawn_caps": spawn_caps,
         "children": children,
         "budget": budget,
+        "callback": callback,
     }
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
 
@@ -186,7 +208,7 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
     if unknown := sorted(item.keys() - _CREATE_FIELD_SET):
         raise _invalid("Unknown field.", unknown[0], index)
     queue = item.get("queue")
-    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+    if not isinstance(queue, str) or not (QUEUE_NAME_RE.match(queue) or (agent is None and queue in SYSTEM_QUEUES)):
         raise _invalid(
             "Queue names are 1-200 characters of letters, digits and . _ : / -, starting with a letter or digit.",
             "queue",
@@ -222,6 +244,8 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
     if item.get("children", "keep") not in CHILDREN_POLICIES:
         raise _invalid("children must be 'keep' or 'cancel'.", "children", index)
     counters(item.get("budget"), "budget", positive=True, index=index)
+    if (callback := item.get("callback")) is not None:
+        _check_callback(callback, agent, index)
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -233,6 +257,34 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
             "depends_on_index",
             index,
         )
+
+
+_CALLBACK_EVENTS = ("done", "dead_lettered")
+
+
+def _check_callback(callback: Any, agent: Agent | None, index: int | None) -> None:
+    if not isinstance(callback, Mapping) or not callback.keys() <= {"url", "events"} or "url" not in callback:
+        raise _invalid('callback is {"url": ..., "events": ["done", "dead_lettered"]}.', "callback", index)
+    events = callback.get("events", _CALLBACK_EVENTS)
+    if not isinstance(events, list | tuple) or not events or not set(events) <= set(_CALLBACK_EVENTS):
+        raise _invalid("callback.events lists done and/or dead_lettered.", "callback.events", index)
+    if agent is None or agent.pk is None:
+        raise _invalid(
+            "A callback is signed with its creating agent's secret: create it with an agent token.", "callback", index
+        )
+    try:
+        notices.check_outbound_url(callback["url"], field="callback.url")
+    except InvalidTransitionInput as exc:
+        raise _invalid(exc.detail, "callback.url", index) from exc
+
+
+def _callback_row(callback: Mapping[str, Any], agent: Agent) -> dict[str, Any]:
+    """What the todo stores of its callback: what the trigger and the sender need (todos/notices.py)."""
+    if not agent.webhook_secret:  # the agent's first callback: give it its secret (create_agent shows it)
+        agent.webhook_secret = new_webhook_secret()
+        Agent.objects.filter(pk=agent.pk, webhook_secret__isnull=True).update(webhook_secret=agent.webhook_secret)
+    events = [e for e in _CALLBACK_EVENTS if e in callback.get("events", _CALLBACK_EVENTS)]
+    return {"url": callback["url"], "events": events, "agent": agent.name, "max_attempts": notify_max_attempts()}
 
 
 def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: bool) -> dict[str, Any]:
@@ -298,6 +350,10 @@ def _create_many(
     wanted = [_dependencies(item, ids) for item in items]
     targets = {j for item in items for j in item.get("depends_on_index") or ()}
     rows = [_item_row(item, ids[n], wanted[n], n in targets) for n, item in enumerate(items)]
+    for row, item in zip(rows, items, strict=True):
+        if (callback := item.get("callback")) is not None:
+            assert agent is not None
+            row["callback"] = _callback_row(callback, agent)
     with tracing.creating_many([(i.get("traceparent"), i["queue"]) for i in items]) as traceparents:
         for row, traceparent in zip(rows, traceparents, strict=True):
             if traceparent is not None:

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from todos import sql, states
 from todos.metrics import LEASE_LAPSES, TRANSITIONS
+from todos.queue import people
 from todos.queue.trees import resume_cascades
 from todos.rows import fetchall
 
@@ -29,6 +30,8 @@ class ReapResult:
     scheduled_promoted: int = 0
     waits_timed_out: int = 0
     cascaded: int = 0
+    people_reminded: int = 0
+    people_escalated: int = 0
 
     @property
     def total(self) -> int:
@@ -39,6 +42,8 @@ class ReapResult:
             + self.scheduled_promoted
             + self.waits_timed_out
             + self.cascaded
+            + self.people_reminded
+            + self.people_escalated
         )
 
 
@@ -80,8 +85,9 @@ def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
 
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, then waits past
-    their timeout, batch after batch until none are left (or ``should_stop()`` says so between batches), then
-    one step of each cascading cancel left over (issue 30: CASCADE_BATCH descendants each)."""
+    their timeout, then people's reminders and escalations (and expired decision links), batch after batch
+    until none are left (or ``should_stop()`` says so between batches); then one step of each cascading
+    cancel left over (issue 30: CASCADE_BATCH descendants each)."""
     requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
@@ -92,6 +98,11 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
     scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
     timed_out = _in_batches(lambda: time_out_waits(batch=batch), batch, should_stop)
+    # Waits for people (issue 29): reminders, then escalations, each once per wait, with its notices; then
+    # expired decision links go.
+    reminded = _in_batches(lambda: people.remind_people(batch=batch), batch, should_stop)
+    escalated = _in_batches(lambda: people.escalate_people(batch=batch), batch, should_stop)
+    _in_batches(lambda: people.delete_expired_links(batch=batch), batch, should_stop)
     cascaded = 0 if should_stop and should_stop() else resume_cascades()
     return ReapResult(
         requeued=requeued,
@@ -100,6 +111,8 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
         scheduled_promoted=scheduled,
         waits_timed_out=timed_out,
         cascaded=cascaded,
+        people_reminded=reminded,
+        people_escalated=escalated,
     )
 
 

@@ -14,6 +14,7 @@ from todos import event_sources, limits, sql, tracing, waitpoints
 from todos.errors import InvalidTransitionInput, NotAResolver, TodoConflict, TodoNotFound, TooManyWaits, WaitpointUsed
 from todos.metrics import TRANSITIONS, counted
 from todos.models import Agent, Todo, TodoState, Waitpoint, hash_token, visible_patterns
+from todos.queue import people
 from todos.queue._common import JSON, miss
 from todos.queue.lease import with_receipt
 from todos.rows import fetch_todos, fetchall
@@ -35,11 +36,15 @@ def wait(
     names resolves it or ``timeout_seconds`` pass. Returns the todo and, for a token wait, the token (shown
     this once: only its hash is stored). Needs the current receipt. A wait on todos that have all finished
     resolves at once. ``resolvers``: who besides the token and operators may resolve it
-    (todos/waitpoints.py); never the waiting agent. An event wait names a source the agent can see (else
-    404 as for an unknown source), within MAX_OPEN_EVENT_WAITS_PER_AGENT (429)."""
+    (todos/waitpoints.py); never the waiting agent. A wait for people (issue 29) is decided by the people
+    it names (todos/queue/people.py), never by an agent, and names no resolvers. An event wait names a
+    source the agent can see (else 404 as for an unknown source), within MAX_OPEN_EVENT_WAITS_PER_AGENT (429)."""
     spec = waitpoints.parse_for(wait_for, waiter_id=todo_id)
     timeout, on_timeout = waitpoints.check_timeout(timeout_seconds, on_timeout)
     named = waitpoints.parse_resolvers(resolvers)
+    if spec.kind == "people" and (named.agents or named.scope_likes):
+        why = "A wait for people is decided by people; it names no resolvers."
+        raise InvalidTransitionInput(why, field="resolvers")
     token = waitpoints.new_token() if spec.kind == "token" else None
     params = {
         "waiting_for": Jsonb(spec.shown),
@@ -54,7 +59,15 @@ def wait(
         "unlink": spec.kind != "todos",
         "resolver_agents": named.agents,
         "resolver_scopes": named.scope_likes,
+        "people": None,
+        "decider_users": [],
+        "decider_groups": [],
+        "escalate_groups": [],
+        "remind_after": None,
+        "escalate_after": None,
     }
+    if spec.people is not None:
+        return people.wait_for_people(todo_id, agent=agent, lease_id=lease_id, asked=spec.people, params=params), None
     if spec.kind == "event":
         return _wait_for_event(todo_id, agent, lease_id, spec.source or "", params), None
     if spec.kind != "todos":
@@ -147,6 +160,8 @@ def resolve(
         return rows[0]
     refused = miss(todo_id, agent, "resolve")
     if isinstance(refused, TodoConflict) and refused.state == TodoState.WAITING and _has_open_wait(todo_id):
+        if Waitpoint.objects.filter(todo_id=todo_id, people__isnull=False).exists():
+            raise NotAResolver(f"A person decides this wait, on /decide/{todo_id}/; no agent may resolve it.")
         raise NotAResolver("Only an operator or an agent this wait names in its resolvers may resolve it.")
     raise refused
 

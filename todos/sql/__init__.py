@@ -57,6 +57,16 @@ from todos.sql.operators import (
     RUN_NOW,
     SET_PRIORITY,
 )
+from todos.sql.people import (
+    DECIDE,
+    DELETE_EXPIRED_LINKS,
+    ESCALATE_PEOPLE,
+    INBOX,
+    REASSIGN,
+    REMIND_PEOPLE,
+    SPEND_LINK,
+    USABLE_LINK,
+)
 from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
@@ -115,13 +125,17 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DECIDE",
+    "DELETE_EXPIRED_LINKS",
     "DEPENDENCIES_OF",
     "DISCARD",
+    "ESCALATE_PEOPLE",
     "EVENT_PAGE",
     "FAIL",
     "FORCE_RELEASE",
     "HEARTBEAT",
     "HEARTBEAT_USAGE",
+    "INBOX",
     "LATE_RESULT",
     "LINK",
     "LINK_WAIT",
@@ -142,9 +156,11 @@ __all__ = [
     "PURGE_EVENTS",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
+    "REASSIGN",
     "RECENT_USAGE",
     "REFS_BY_ID",
     "RELEASE",
+    "REMIND_PEOPLE",
     "REPOINT",
     "REQUEUE_LAPSED",
     "RESOLVE_EVENTS",
@@ -164,6 +180,7 @@ __all__ = [
     "SET_PRIORITY",
     "SET_QUEUE_LIMITS",
     "SPAWN_CAPS",
+    "SPEND_LINK",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
@@ -172,6 +189,7 @@ __all__ = [
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
     "UNREGISTERED_QUEUES",
+    "USABLE_LINK",
     "WAIT",
     "WAITPOINT_BY_HASH",
 ]

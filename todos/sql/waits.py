@@ -45,17 +45,24 @@ unlinked AS (
 ),
 opened AS (
     INSERT INTO todos_waitpoint (todo_id, queue, created_at, timeout_at, on_timeout, token_hash, event_source,
-        event_type_like, event_match, event_key, resolved_at, waiter, resolver_agents, resolver_scopes)
+        event_type_like, event_match, event_key, resolved_at, waiter, resolver_agents, resolver_scopes,
+        people, decider_users, decider_groups, escalate_groups, remind_at, escalate_at, reminded_at,
+        escalated_at, decided_by)
     SELECT id, queue, now(), now() + make_interval(secs => %(timeout)s), %(on_timeout)s, %(hash)s,
         %(source)s, %(type_like)s, %(match)s, %(key)s, NULL, %(agent)s, %(resolver_agents)s::text[],
-        %(resolver_scopes)s::text[]
+        %(resolver_scopes)s::text[], %(people)s, %(decider_users)s::int[], %(decider_groups)s::int[],
+        %(escalate_groups)s::int[], now() + make_interval(secs => %(remind_after)s::double precision),
+        now() + make_interval(secs => %(escalate_after)s::double precision), NULL, NULL, NULL
     FROM changed
     ON CONFLICT (todo_id) DO UPDATE SET queue = EXCLUDED.queue, created_at = EXCLUDED.created_at,
         timeout_at = EXCLUDED.timeout_at, on_timeout = EXCLUDED.on_timeout, token_hash = EXCLUDED.token_hash,
         event_source = EXCLUDED.event_source, event_type_like = EXCLUDED.event_type_like,
         event_match = EXCLUDED.event_match, event_key = EXCLUDED.event_key, resolved_at = NULL,
         waiter = EXCLUDED.waiter, resolver_agents = EXCLUDED.resolver_agents,
-        resolver_scopes = EXCLUDED.resolver_scopes
+        resolver_scopes = EXCLUDED.resolver_scopes, people = EXCLUDED.people,
+        decider_users = EXCLUDED.decider_users, decider_groups = EXCLUDED.decider_groups,
+        escalate_groups = EXCLUDED.escalate_groups, remind_at = EXCLUDED.remind_at,
+        escalate_at = EXCLUDED.escalate_at, reminded_at = NULL, escalated_at = NULL, decided_by = NULL
 )
 SELECT * FROM changed
 """
@@ -148,7 +155,8 @@ WAITPOINT_BY_HASH = "SELECT todo_id, resolved_at FROM todos_waitpoint WHERE toke
 # resolve (issue 28: who may resolve is part of the wait): the open wait of this todo, within the caller's
 # scopes, when the caller is an operator (%(operator)s: an admin action, or a staff agent with change_todo)
 # or an agent the wait names (its name in resolver_agents, or one of its claim scopes, as written, LIKE a
-# pattern of resolver_scopes); never the agent that waits (%(agent)s NULL: an admin action, no agent). A
+# pattern of resolver_scopes); never the agent that waits (%(agent)s NULL: an admin action, no agent), and
+# no agent at all for a wait for people (issue 29: a person decides, todos/sql/people.py). A
 # refused caller closes nothing. Lock: the waitpoint row (the race's decider, as for every resolver).
 # Index: the waitpoint's primary key. %(by)s names the kind of resolver; %(detail)s the data and who.
 RESOLVE_MANUAL = _resolving(
@@ -156,6 +164,7 @@ RESOLVE_MANUAL = _resolving(
     UPDATE todos_waitpoint w SET resolved_at = now()
     WHERE w.todo_id = %(id)s AND w.resolved_at IS NULL AND w.queue LIKE ANY(%(visible)s::text[])
       AND (%(agent)s::text IS NULL OR w.waiter IS DISTINCT FROM %(agent)s::text)
+      AND (%(agent)s::text IS NULL OR w.people IS NULL)
       AND (%(operator)s::boolean OR %(agent)s::text = ANY(w.resolver_agents) OR EXISTS (
           SELECT 1 FROM unnest(w.resolver_scopes) AS p(pattern), unnest(%(claim_scopes)s::text[]) AS s(scope)
           WHERE s.scope LIKE p.pattern))

@@ -12,6 +12,7 @@ from django.test import Client
 from todos.longpoll import listener
 from todos.models import Agent
 from todos.tests.gunicorn_live import start_server  # noqa: F401  (a fixture for the tests on the real server)
+from todos.tests.outbound_receivers import receiver, smtp  # noqa: F401  (fixtures: an HTTP and an SMTP receiver)
 from todos.tests.pgbouncer_support import pgbouncer  # noqa: F401  (a fixture: PgBouncer before the test database)
 
 V1 = "/api/v1"

@@ -79,6 +79,8 @@ COUNTED_INSIDE = {
     "resolve_events": "resolve, per todo an event resolved",
     "time_out_waits": "wait_timeout, per row",
     "resume_cascades": "cascade_cancel, per todo a cascade cancelled",
+    "remind_people": "people_reminded, per row",
+    "escalate_people": "people_escalated, per row",
 }
 
 

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from todos.globs import collapse_stars
-from todos.models import Agent, validate_scope
+from todos.models import Agent, new_webhook_secret, validate_scope
 
 
 def _scopes(value: str) -> list[str]:
@@ -47,6 +47,7 @@ class Command(BaseCommand):
             except get_user_model().DoesNotExist as exc:
                 raise CommandError(f"No user {options['owner']!r}.") from exc
         token = agent.set_new_token()
+        agent.webhook_secret = new_webhook_secret()
         for scope in sorted({*claim, *create}):
             try:
                 validate_scope(scope)
@@ -59,6 +60,8 @@ class Command(BaseCommand):
         agent.save()
         self.stderr.write(
             f"Agent {agent.name} created (claims {', '.join(claim)}; creates in {', '.join(create) or 'nothing'}). "
-            "Its token is shown once, below; only its hash is stored."
+            "Its token is shown once, below; only its hash is stored.\n"
+            f"Its webhook_secret, which signs the callbacks of the todos it creates (docs/producers.md): "
+            f"{agent.webhook_secret}"
         )
         self.stdout.write(token)

@@ -16,4 +16,4 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE TRIGGER todo_finish_cancels_children AFTER UPDATE OF state ON todos_todo FOR EACH ROW WHEN ((((new.children)::text = 'cancel'::text) AND ((old.state)::text IS DISTINCT FROM (new.state)::text) AND (((new.state)::text = ANY ((ARRAY['done'::character varying, 'cancelled'::character varying])::text[])) OR (((new.state)::text = 'failed'::text) AND (new.next_retry_at IS NULL))))) EXECUTE FUNCTION todos_children_cancel();
+CREATE OR REPLACE TRIGGER todo_finish_cancels_children AFTER UPDATE OF state ON todos_todo FOR EACH ROW WHEN ((((new.children)::text = 'cancel'::text) AND ((old.state)::text IS DISTINCT FROM (new.state)::text) AND (((new.state)::text = 'done'::text) OR ((new.state)::text = 'cancelled'::text) OR (((new.state)::text = 'failed'::text) AND (new.next_retry_at IS NULL))))) EXECUTE FUNCTION todos_children_cancel();

@@ -159,13 +159,15 @@ def create(
     fair_key: str | None = None,
     parent: Todo | Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
+    callback: Mapping[str, Any] | None = None,
     children: str | None = None,
     budget: Mapping[str, float] | None = None,
 ) -> Call[CreatedTodo]:
     """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child.
     ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's.
-    ``children``: "cancel" makes its finish cancel what is left under it. ``budget``: a root's
-    {counter: limit}: once its tree's usage reaches one, claims skip the tree."""
+    ``callback``: {"url", "events"}: a signed webhook (todo.done / todo.dead_lettered) when it gets there,
+    signed with your agent's webhook_secret. ``children``: "cancel" makes its finish cancel what is left under
+    it. ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -186,6 +188,7 @@ def create(
         spawn_caps=dict(spawn_caps) if spawn_caps is not None else None,
         children=children,
         budget=dict(budget) if budget is not None else None,
+        callback=dict(callback) if callback is not None else None,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
@@ -388,24 +391,30 @@ def wait(
     todos: Iterable[Todo | str] | None = None,
     event: Mapping[str, JSON] | None = None,
     token: bool = False,
+    people: Mapping[str, JSON] | None = None,
     on_timeout: str | None = None,
     resolvers: Iterable[str] | None = None,
 ) -> Call[WaitingTodo]:
     """Give the lease back and wait (state ``waiting``) for exactly one of: ``todos`` all finished,
     an ``event`` ({"source", "type" glob, "match": {"dotted.path": value}}; a source routed into the agent's
-    scopes), or a ``token`` resolve (the answer's ``waitpoint``, shown this once). After
+    scopes), a ``token`` resolve (the answer's ``waitpoint``, shown this once), or ``people``' decision
+    ({"users", "groups", "title", "body", "decisions", "edit_schema", "arguments", "remind_after_seconds",
+    "escalate_after_seconds", "escalate_to"}: the next claim's ``resolution`` is {"by": "person",
+    "decision", "edited", "text", "decided_by", "at"}). After
     ``timeout_seconds``: pending with ``resolution["timed_out"]``, or a failure with ``on_timeout="fail"``.
     ``resolvers``: agent names or ``scope:<glob>`` that may also resolve it (``resolve``); never this agent,
     and with none named only an operator may."""
-    kinds = {"todos": todos is not None, "event": event is not None, "token": token}
+    kinds = {"todos": todos is not None, "event": event is not None, "token": token, "people": people is not None}
     if sum(kinds.values()) != 1:
-        raise TypeError("wait for exactly one of todos=, event= or token=True")
+        raise TypeError("wait for exactly one of todos=, event=, token=True or people=")
     todo_id, lease = _receipt(todo, lease_id)
     waiting_for: dict[str, JSON]
     if todos is not None:
         waiting_for = {"todos": [_id(t) for t in todos]}
     elif event is not None:
         waiting_for = {"event": dict(event)}
+    elif people is not None:
+        waiting_for = {"people": dict(people)}
     else:
         waiting_for = {"token": True}
     body = _given(lease_id=lease, timeout_seconds=timeout_seconds, on_timeout=on_timeout)

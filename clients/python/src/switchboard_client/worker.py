@@ -59,7 +59,9 @@ class Fail(Exception):
 
 class Wait(Exception):
     """Raised by a handler: give the lease back and wait (``Client.wait``'s arguments) for other todos, an
-    event or a token; the todo is claimed again once the wait ends, with its ``resolution``. ``resolvers``:
+    event, a token or ``people``' decision (issue 29: the resolution is {"by": "person", "decision",
+    "edited", "text", "decided_by", "at"}); the todo is claimed again once the wait ends, with its
+    ``resolution``. ``resolvers``:
     the agents that may also resolve it (never this worker's own).
     ``on_waiting`` gets the ``WaitingTodo``: for a token wait, its ``waitpoint`` (shown only then)."""
 
@@ -70,6 +72,7 @@ class Wait(Exception):
         todos: Iterable[Todo | str] | None = None,
         event: Mapping[str, JSON] | None = None,
         token: bool = False,
+        people: Mapping[str, JSON] | None = None,
         on_timeout: str | None = None,
         on_waiting: Callable[[WaitingTodo], object] | None = None,
         resolvers: Iterable[str] | None = None,
@@ -80,6 +83,7 @@ class Wait(Exception):
             "todos": list(todos) if todos is not None else None,
             "event": event,
             "token": token,
+            "people": people,
             "on_timeout": on_timeout,
             "resolvers": list(resolvers) if resolvers is not None else None,
         }
