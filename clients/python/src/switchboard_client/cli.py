@@ -317,7 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, dest="poll_seconds", help="long-poll seconds when idle")
     p.add_argument("--name", help="worker label (owner <agent>/<name>)")
     p.add_argument("--drain", action="store_true", help="exit once the queues are empty")
-    p.add_argument("--prefetch", type=int, help="todos claimed ahead of free slots (default: concurrency)")
+    p.add_argument("--prefetch", type=int, help="todos claimed ahead of free slots (default: concurrency, at least 10)")
     p.add_argument("--processes", type=int, default=1, help="worker processes, each with its own slots")
     p.add_argument("-v", "--verbose", action="store_true")
 
@@ -505,12 +505,19 @@ def _worker(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
+def _term_with_parent() -> None:
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
     """``--processes N``: N worker processes (this command without --processes), each with its own
     slots, its own claims and connections. SIGTERM/SIGINT here is passed to each (a second one too: it
     skips their grace); exits once all have, 1 if any failed."""
-    command = [sys.executable, "-m", "switchboard_client"] + (["--json"] if out.as_json else [])
-    command += ["worker", args.target]
+    command = [sys.executable, "-m", "switchboard_client", "worker", args.target]
+    command += ["--json"] if out.as_json else []
     for flag, name in (
         ("--queues", "queues"),
         ("--concurrency", "concurrency"),
@@ -526,10 +533,14 @@ def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
     # The URL and token go by the environment: a child's arguments are visible to every user (ps).
     env = {**os.environ, "SWITCHBOARD_URL": client.url, "SWITCHBOARD_TOKEN": client.token or ""}
     # Each child in its own process group: a terminal's Ctrl-C reaches them once, through here, not
-    # twice (a second signal would skip their grace).
+    # twice (a second signal would skip their grace). On Linux a child is sent SIGTERM if this process
+    # dies (even by SIGKILL), so none runs on unsupervised.
     children = [
         subprocess.Popen(  # noqa: S603 (this interpreter and our own arguments)
-            command + (["--name", f"{args.name}-{i}"] if args.name else []), env=env, process_group=0
+            command + (["--name", f"{args.name}-{i}"] if args.name else []),
+            env=env,
+            process_group=0,
+            preexec_fn=_term_with_parent if sys.platform == "linux" else None,
         )
         for i in range(args.processes)
     ]

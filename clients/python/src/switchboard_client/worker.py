@@ -44,6 +44,7 @@ MAX_BATCH = 100  # the server's batch-complete limit
 MAX_CLAIM = 100  # the server's claim limit
 ANSWER_IN_FLIGHT_SECONDS = 1.0  # on a stop, how long a claim's answer may take to arrive before a hang-up
 IDLE_RECLAIM_SECONDS = 1.0  # an idle worker that does not long-poll (poll_seconds 0) looks again this often
+MIN_PREFETCH = 10  # the default prefetch: concurrency, but at least this (one claim's cost over several todos)
 
 
 class Release(Exception):
@@ -254,12 +255,13 @@ class Worker:
     ``poll_seconds`` of long-poll when idle; on SIGTERM, ``grace_seconds`` for running handlers before
     their todos are released.
 
-    Throughput: up to ``prefetch`` todos (default: ``concurrency``, at most 100) are claimed ahead of free
-    slots, with up to ``claims_in_flight`` claims on their way at once; a prefetched todo not started
-    within a third of its lease is released (so it never lapses). Completions are sent at once, in one
-    batch with whatever else finished meanwhile, up to ``flush_batches`` batches on their way;
-    ``flush_seconds`` (default 0) lets a completion wait that long for company while other handlers
-    still run. A claim long-polls (``poll_seconds``) only once the last one came back empty."""
+    Throughput: up to ``prefetch`` todos (default: ``concurrency``, at least 10, at most 100) are claimed
+    ahead of free slots, with up to ``claims_in_flight`` claims on their way at once; a prefetched todo
+    not started within a third of its lease is released (so it never lapses), and claiming ahead waits
+    until a handler frees. Completions are sent at once when none is on its way, else together with
+    whatever finished meanwhile (``flush_batches`` batches on their way at most); ``flush_seconds``
+    (default 0) lets a completion wait that long for company. A claim long-polls (``poll_seconds``)
+    only once the last one came back empty."""
 
     def __init__(
         self,
@@ -275,7 +277,7 @@ class Worker:
         drain: bool = False,
         prefetch: int | None = None,
         claims_in_flight: int = 2,
-        flush_batches: int = 2,
+        flush_batches: int = 1,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -283,7 +285,7 @@ class Worker:
             raise ValueError(f"prefetch must be between 0 and {MAX_CLAIM}")
         if claims_in_flight < 1 or flush_batches < 1:
             raise ValueError("claims_in_flight and flush_batches must be at least 1")
-        #: Todos claimed ahead of free slots (None: as many as ``concurrency``, at most 100).
+        #: Todos claimed ahead of free slots (None: ``concurrency``, at least MIN_PREFETCH, at most 100).
         self._prefetch = prefetch
         self.claims_in_flight = claims_in_flight
         self.flush_batches = flush_batches
@@ -307,7 +309,7 @@ class Worker:
 
     @property
     def prefetch(self) -> int:
-        return min(self.concurrency, MAX_CLAIM) if self._prefetch is None else self._prefetch
+        return min(max(self.concurrency, MIN_PREFETCH), MAX_CLAIM) if self._prefetch is None else self._prefetch
 
     @prefetch.setter
     def prefetch(self, value: int | None) -> None:
@@ -407,6 +409,9 @@ class Worker:
         look_again_at = 0.0  # an idle worker that does not long-poll looks again then
         stale_after = self.lease_seconds / 3
         client = self.client if isinstance(self.client, Client) else None
+        # After stale todos were released, no claiming ahead until a handler starts one: handlers that
+        # are slow claim no more than they can start.
+        held_back = [False]
 
         def done(task: asyncio.Task[None]) -> None:
             running.pop(task, None)
@@ -414,6 +419,7 @@ class Worker:
             changed.set()
 
         def start(todo: Todo, claimed_at: float) -> None:
+            held_back[0] = False
             ctx = Context(todo, _client=client, _api=api)
             task = asyncio.create_task(self._work(api, threads, completions, ctx, time.monotonic() - claimed_at))
             running[task] = ctx
@@ -440,10 +446,12 @@ class Worker:
                 while ahead and now - ahead[0][1] >= stale_after:
                     stale.append(ahead.popleft()[0])
                 if stale:
+                    held_back[0] = True
                     log.info("releasing %d prefetched todo(s) not started within a third of the lease", len(stale))
                     await self._give_back_all(api, stale)
                 in_claims = sum(limit for limit, _, _ in claims.values())
-                wanted = self.concurrency + self.prefetch - len(running) - len(ahead) - in_claims
+                bound = self.concurrency + (0 if held_back[0] else self.prefetch)
+                wanted = bound - len(running) - len(ahead) - in_claims
                 # A claim asks for a share of the bound (so that claims_in_flight of them overlap), and
                 # goes once that share is wanted, or at once when a slot would otherwise stay idle.
                 share = min(MAX_CLAIM, -(-(self.concurrency + self.prefetch) // self.claims_in_flight))
