@@ -1,7 +1,8 @@
-"""The worker runtime: claim todos in batches up to the free slots, run a handler per ``kind`` (sync
-handlers in threads, async ones on the loop), heartbeat every third of the lease, and send completions in
-batches. At-least-once, as the queue is: a crash before a completion is sent means the todo runs again
-when its lease lapses.
+"""The worker runtime: claim todos ahead of the free slots (a bounded prefetch, two claims in flight),
+run a handler per ``kind`` (sync handlers in threads, async ones on the loop), heartbeat every third of
+the lease, and send completions at once, batched with whatever finished while one was on its way.
+At-least-once, as the queue is: a crash before a completion is sent means the todo runs again when its
+lease lapses.
 
     worker = Worker(Client(), queues=["email"], concurrency=8, lease_seconds=60)
 
