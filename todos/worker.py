@@ -48,6 +48,8 @@ Handler = Callable[[Todo], Any]
 
 # An idle worker (its last claim found nothing) claims again after this, doubling up to poll_seconds.
 IDLE_FIRST_POLL_SECONDS = 0.05
+# The default prefetch: the concurrency, but at least this (one claim statement's cost over several todos).
+MIN_PREFETCH = 10
 # After a database error, the thread that met it waits this long before its next statement.
 ERROR_PAUSE_SECONDS = 1.0
 
@@ -80,8 +82,9 @@ def default_name() -> str:
 
 class Worker:
     """Runs ``handler`` for the todos of ``queues`` (names or globs within ``agent``'s claim scopes; None:
-    all of them), ``concurrency`` at once, with up to ``prefetch`` (default: ``concurrency``, at most
-    MAX_CLAIM_BATCH) claimed ahead. ``drain``: stop once a claim finds nothing and nothing runs."""
+    all of them), ``concurrency`` at once, with up to ``prefetch`` (default: ``concurrency``, at least
+    MIN_PREFETCH, at most MAX_CLAIM_BATCH) claimed ahead. ``drain``: stop once a claim finds nothing and
+    nothing runs."""
 
     def __init__(
         self,
@@ -99,7 +102,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        prefetch = min(concurrency, MAX_CLAIM_BATCH) if prefetch is None else prefetch
+        prefetch = min(max(concurrency, MIN_PREFETCH), MAX_CLAIM_BATCH) if prefetch is None else prefetch
         if not 0 <= prefetch <= MAX_CLAIM_BATCH:
             raise ValueError(f"prefetch must be between 0 and {MAX_CLAIM_BATCH}")
         if lease_seconds <= 0:
