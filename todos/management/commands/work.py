@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--handler", required=True, help="module:function taking a todo, returning its result.")
         parser.add_argument("--queue", action="append", dest="queues", help="Name or glob; repeat for more.")
         parser.add_argument("--concurrency", type=int, default=1, help="Handlers at once (threads).")
-        parser.add_argument("--prefetch", type=int, help="Todos claimed ahead of free handlers (default: concurrency).")
+        parser.add_argument("--prefetch", type=int, help="Claimed ahead (default: concurrency, at least 10).")
         parser.add_argument("--lease", type=float, default=60.0, dest="lease_seconds", help="Lease seconds per claim.")
         parser.add_argument("--poll", type=float, default=1.0, dest="poll_seconds", help="Longest idle pause.")
         parser.add_argument("--grace", type=float, default=30.0, dest="grace_seconds", help="Seconds after SIGTERM.")
