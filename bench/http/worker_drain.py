@@ -6,7 +6,11 @@
 - one claim + one complete per todo over HTTP (N loops), the baseline the runtime must beat at 1.
 
     .venv/bin/python bench/http/worker_drain.py [--todos 20000] [--runs 2] [--concurrency 1,4,16]
-        [--only runtime,processes,inprocess,one_by_one]
+        [--only runtime,processes,inprocess,one_by_one] [--before COMMIT]
+
+``--before COMMIT`` adds ``runtime_before``: the same ``switchboard worker`` command with that commit's
+client (clients/python/src, extracted by git archive into bench/out/), against the same server, in the
+same run: before and after side by side.
 
 bench/peers3's method: the todos are seeded pending, each worker runs as its own process(es) with
 --drain, and the figure is read from the database: todos / (last completed_at - first claimed_at).
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -78,6 +84,18 @@ def drained(n: int) -> tuple[int, float]:
     return int(done), (int(done) / float(span) if span else float("nan"))
 
 
+def client_of(commit: str) -> Path:
+    """``commit``'s clients/python/src under bench/out/ (extracted once, by git archive)."""
+    dest = h.out_dir() / f"client-{commit}"
+    if not (dest / "clients" / "python" / "src").exists():
+        blob = subprocess.run(
+            ["git", "archive", commit, "clients/python/src"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            tar.extractall(dest, filter="data")
+    return dest / "clients" / "python" / "src"
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -111,8 +129,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--only", default="runtime,processes,inprocess,one_by_one")
+    parser.add_argument("--before", help="a commit whose client runs as runtime_before, in the same run")
     args = parser.parse_args()
-    kinds = args.only.split(",")
+    kinds = args.only.split(",") + (["runtime_before"] if args.before else [])
     server, url = h.scratch_django("worker_drain")
     token = make_token()
     print(h.machine_summary(server))
@@ -124,6 +143,10 @@ def main() -> None:
     rows: dict[int, dict[str, float]] = {}
     with h.gunicorn(url) as base:
         client_env = {**env, "SWITCHBOARD_URL": base, "SWITCHBOARD_TOKEN": token}
+        before_env = {}
+        if args.before:
+            paths = [str(work), str(client_of(args.before)), str(ROOT)]
+            before_env = {**client_env, "PYTHONPATH": os.pathsep.join(paths)}
         runtime = [sys.executable, "-m", "switchboard_client", "worker", "bench_noop:handlers", "--drain"]
         runtime += ["--queues", QUEUE]
         for c in levels:
@@ -136,6 +159,8 @@ def main() -> None:
                     load_before, cpu_before = os.getloadavg()[0], children_cpu()
                     if kind == "runtime":
                         run_processes([[*runtime, "--concurrency", str(c)]], client_env, work)
+                    elif kind == "runtime_before":
+                        run_processes([[*runtime, "--concurrency", str(c)]], before_env, work)
                     elif kind == "processes":
                         run_processes([[*runtime, "--concurrency", str(c // 2), "--processes", "2"]], client_env, work)
                     elif kind == "inprocess":
