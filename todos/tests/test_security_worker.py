@@ -84,4 +84,5 @@ def test_worker_processes_get_the_token_by_environment_not_on_their_command_line
     finally:
         if proc.poll() is None:
             proc.kill()
+    # It waited for its children: none is left running.
     assert not any(Path(f"/proc/{child}").exists() for child in children)

@@ -505,11 +505,18 @@ def _worker(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
-def _term_with_parent() -> None:
-    import ctypes
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+def _child_setup() -> None:
+    """In a --processes child before its exec: take signals again (held while it started), and on Linux
+    be sent SIGTERM when the parent dies."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -532,26 +539,34 @@ def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
     command += ["--verbose"] if args.verbose else []
     # The URL and token go by the environment: a child's arguments are visible to every user (ps).
     env = {**os.environ, "SWITCHBOARD_URL": client.url, "SWITCHBOARD_TOKEN": client.token or ""}
-    # Each child in its own process group: a terminal's Ctrl-C reaches them once, through here, not
-    # twice (a second signal would skip their grace). On Linux a child is sent SIGTERM if this process
-    # dies (even by SIGKILL), so none runs on unsupervised.
-    children = [
-        subprocess.Popen(  # noqa: S603 (this interpreter and our own arguments)
-            command + (["--name", f"{args.name}-{i}"] if args.name else []),
-            env=env,
-            process_group=0,
-            preexec_fn=_term_with_parent if sys.platform == "linux" else None,
-        )
-        for i in range(args.processes)
-    ]
+    children: list[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # Installed before the first child starts: a signal while they start reaches those already running.
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
+        # Each child in its own process group: a terminal's Ctrl-C reaches them once, through here, not
+        # twice (a second signal would skip their grace). On Linux a child is sent SIGTERM if this
+        # process dies (even by SIGKILL), so none runs on unsupervised.
+        for i in range(args.processes):
+            # Signals held while a child starts and joins the list: one that came meanwhile is handled
+            # once the child is in it, so it reaches that child too (the child unblocks them before exec).
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+            try:
+                children.append(
+                    subprocess.Popen(  # noqa: S603 (this interpreter and our own arguments)
+                        command + (["--name", f"{args.name}-{i}"] if args.name else []),
+                        env=env,
+                        process_group=0,
+                        preexec_fn=_child_setup,
+                    )
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         codes = [child.wait() for child in children]
     finally:
         for sig, handler in previous.items():
