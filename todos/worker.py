@@ -201,6 +201,7 @@ class Worker:
                         self._lock.wait(min(0.5, max(0.01, self.lease_seconds / 3 - age)))
                         continue
                     finished_before = self._finished
+                sent = time.monotonic()  # the lease starts during the claim: counted from before it
                 try:
                     todos = queue.claim_next(
                         agent=self.agent,
@@ -218,10 +219,9 @@ class Worker:
                     close_old_connections()
                     self._stopping.wait(ERROR_PAUSE_SECONDS)
                     continue
-                now = time.monotonic()
                 with self._lock:
                     self.stats.claimed += len(todos)
-                    self._ahead.extend((todo, now) for todo in todos)
+                    self._ahead.extend((todo, sent) for todo in todos)
                     self._lock.notify_all()
                     if todos:
                         idle = 0.0
