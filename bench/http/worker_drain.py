@@ -173,8 +173,10 @@ def main() -> None:
                     assert done == args.todos, (kind, done, args.todos)
                     cpu = children_cpu() - cpu_before
                     figures[kind].append(rate)
+                    # one_by_one runs in this process: its CPU is not a child's.
+                    cpu_text = "-" if kind == "one_by_one" else f"{cpu / done * 1000:.2f} s"
                     print(
-                        f"concurrency {c} {kind}: {rate:,.0f}/s, worker CPU {cpu / done * 1000:.2f} s per 1,000, "
+                        f"concurrency {c} {kind}: {rate:,.0f}/s, worker CPU {cpu_text} per 1,000, "
                         f"load {load_before:.2f} -> {os.getloadavg()[0]:.2f}",
                         flush=True,
                     )
