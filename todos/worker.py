@@ -248,7 +248,7 @@ class Worker:
             assert todo.lease_id is not None
             try:
                 queue.release(todo.id, agent=self.agent, lease_id=todo.lease_id)
-                self.stats.released += 1
+                self._count("released")
             except (QueueError, DatabaseError) as exc:
                 log.warning("could not release %s (%s); its lease will lapse", todo.id, exc)
 
@@ -301,6 +301,10 @@ class Worker:
                 self._handlers_alive -= 1
                 self._lock.notify_all()
 
+    def _count(self, name: str) -> None:
+        with self._lock:  # several threads count
+            setattr(self.stats, name, getattr(self.stats, name) + 1)
+
     def _left(self, todo: Todo) -> None:
         with self._lock:
             if self._running.pop(todo.id, None) is not None:
@@ -318,9 +322,9 @@ class Worker:
                 error=f"{exc.__class__.__name__}: {exc}"[:MAX_ERROR_CHARS],
                 retry_in_seconds=float(retry_in) if isinstance(retry_in, int | float) else None,
             )
-            self.stats.failed += 1
+            self._count("failed")
         except QueueError as refused:
-            self.stats.lost += 1
+            self._count("lost")
             log.warning("fail of %s refused: %s", todo.id, refused)
         except DatabaseError as error:
             log.warning("could not fail %s (%s); its lease will lapse", todo.id, error)
