@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db.models.functions import Now
@@ -237,3 +238,21 @@ def test_a_process_killed_mid_batch_leaves_its_todos_to_lapse_and_run_again(serv
     assert again and all(t.result["pid"] != victim for t in again)
     assert all(t.attempt == 1 and t.result["pid"] == victim for t in rows if t.pk in held and t.attempt != 2)
     assert {t.attempt for t in rows if t.pk not in held} == {1}
+
+
+def test_the_processes_stop_when_their_parent_is_killed(env, tmp_path):
+    # Nothing answers at this address: the children keep retrying their claim until told to stop.
+    proc = _processes(tmp_path, {**env, "SWITCHBOARD_URL": "http://127.0.0.1:9"}, "--processes", "2")
+    children_file = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    try:
+        ours = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        wait_until(lambda: len(children_file.read_text().split()) == 2, timeout=30)
+        children = [int(c) for c in children_file.read_text().split()]
+        wait_until(lambda: all(Path(f"/proc/{c}/cmdline").read_bytes() != ours for c in children), timeout=30)
+        proc.kill()  # SIGKILL: it forwards nothing
+        proc.communicate(timeout=10)
+        # Each child is sent SIGTERM as its parent dies (PR_SET_PDEATHSIG), and drains and exits.
+        wait_until(lambda: not any(Path(f"/proc/{c}").exists() for c in children), timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -508,15 +509,17 @@ def _worker(client: Client, args: argparse.Namespace, out: Output) -> int:
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
-def _child_setup() -> None:
+def _child_setup(parent: int) -> None:
     """In a --processes child before its exec: take signals again (held while it started), and on Linux
-    be sent SIGTERM when the parent dies."""
+    be sent SIGTERM when the parent dies (if it died already, before this, go now)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     if sys.platform == "linux":
         import ctypes
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -562,7 +565,7 @@ def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
                         command + (["--name", f"{args.name}-{i}"] if args.name else []),
                         env=env,
                         process_group=0,
-                        preexec_fn=_child_setup,
+                        preexec_fn=functools.partial(_child_setup, os.getpid()),
                     )
                 )
             finally:
