@@ -49,13 +49,21 @@ _CLAIM_SET = f"""
 #    most floor(tokens), and ``queue_writeback`` writes back what it took, in the same statement, under the
 #    lock. A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
 #    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
-#  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is not locked: its claimers lock keys
-#    instead (CLAIM_NEXT_FAIR), so they run side by side. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair
-#    settings (``fair``); the plain CLAIM_NEXT reads what it read before fair share, plus ``keyed``.
+#  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is locked the same way by CLAIM_NEXT_FAIR and
+#    CLAIM_ONE (issue 31, _SERIALIZED below): its claimers take turns, one claim statement each, and lock keys
+#    only under it. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair settings (``fair``); the plain CLAIM_NEXT
+#    reads what it read before fair share, plus ``keyed``.
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
 # The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
 # caller's: a one-time filter over ``queues``, which it reads anyway.
 _NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed)"
+# The queues whose claims take turns on the queue's row (issue 31): limited ones (their count and bucket) and
+# keyed ones (fair share and max_claimed_per_key). Keyed claimers once locked only the keys they took, SKIP
+# LOCKED, so while one held the heavy key the others skipped to the light ones: weights 3:1 came out 1.79:1
+# at 4 claimers. Holding the queue's row for one claim statement, each fair claim sees the passes its
+# predecessor wrote (the walk reads them with a fresh snapshot) and takes the lowest tags of all the keys: the
+# weights are exact by construction at any number of claimers, and a batch fills from one key.
+_SERIALIZED = "(queues.limited OR queues.keyed)"
 
 
 def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
@@ -100,19 +108,19 @@ limited AS MATERIALIZED (
         CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
             + GREATEST(EXTRACT(EPOCH FROM now() - q.refilled_at)::double precision, 0) * q.rate_per_second) END
             AS tokens,
-        queues.keyed
+        queues.keyed, q.fair_round
     FROM queues JOIN todos_queue q ON q.name = queues.name
-    WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
+    WHERE {_SERIALIZED} AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
 ),
 quotas AS MATERIALIZED (
-    SELECT name, %(limit)s::integer AS quota, keyed FROM queues WHERE NOT limited
+    SELECT name, %(limit)s::integer AS quota, keyed, fair_round FROM queues WHERE NOT {_SERIALIZED}
     UNION ALL
     -- LEAST ignores NULLs: a control that is not set does not limit.
     SELECT name, GREATEST(LEAST(%(limit)s::integer,
         CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
-        floor(tokens)::integer), 0), keyed
+        floor(tokens)::integer), 0), keyed, fair_round
     FROM limited
 )"""
 
@@ -279,20 +287,23 @@ UNION ALL
 #    urgent todo waiting behind other tenants' routine ones would defeat it.
 #  * The walk (todos_fair_walk, migration 0016) reads todos_fairkey in (queue, vtime, key) order and
 #    stops at the first %(limit)s keys with pending work at that priority (an EXISTS on todo_fair_pending)
-#    and live leases below the cap, locking each FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers take
-#    different keys side by side, and no key's pass or count is read by two at once. The queue's row is
-#    not locked. The walk is a VOLATILE function: it must see the passes and leases that claims committed
-#    after this statement's snapshot (issue 13: a snapshot older than the lock let 21 claims through a cap
-#    of 3), and a key updated meanwhile is re-checked on its latest row, cap count included.
+#    and live leases below the cap, locking each FOR NO KEY UPDATE SKIP LOCKED. Since issue 31 the walk runs
+#    under the queue row's lock (``limited``, _SERIALIZED): fair claimers of one queue take turns, one statement
+#    each, so none skips a key another holds (that skipping let the light keys' claims through out of turn:
+#    weights 3:1 came out 1.79:1 at 4 claimers). Only a claim by id (CLAIM_ONE, which also takes the queue's
+#    row first) can hold a key meanwhile. The walk is a VOLATILE function: it must see the passes and leases
+#    that claims committed after this statement's snapshot (issue 13: a snapshot older than the lock let 21
+#    claims through a cap of 3), and a key updated meanwhile is re-checked on its latest row, cap count
+#    included.
 #  * The keys of lapsed, due and scheduled candidates are locked the same way (todos_fair_lock_key); they
 #    compete by their key's tag and count toward its cap. A candidate whose key another claimer holds, or
 #    that is at its cap, is left.
 #  * R moves to the lowest start a claim took once it is a whole round (1) ahead, so it is written about
-#    once a round rather than by every claim (the queue's row would serialize claimers): a returning key
-#    may so start up to one round early, never more.
-#  * A claim takes at most ceil(weight(k)) todos from a key (one round's worth), also in a batch: a claimer
-#    that holds one key while others hold the rest then cannot take a whole batch from it out of turn. A
-#    batch on a queue with few keys may so bring fewer than %(limit)s.
+#    once a round rather than by every claim: a returning key may so start up to one round early, never
+#    more. R is read from the locked row (``quotas``), never from the statement's older snapshot.
+#  * A batch takes the %(limit)s lowest tags over the walked keys (the first %(limit)s keys by start: no
+#    key beyond them has a lower first tag), as many from one key as its tags win (issue 31: 3 keys, limit 9:
+#    3 each; one key, limit 30: 30), up to the key's room under max_claimed_per_key.
 #  * Keys are registered by the todo table's triggers when they get pending work (migration 0016). The
 #    key of the queue's most urgent pending todo is registered by the claim if it has no row (a create that
 #    committed while the queue became fair): it is served from the next claim. A claim deletes those of the
@@ -318,14 +329,11 @@ pending AS MATERIALIZED (
     ) p
 ),
 fair_queues AS MATERIALIZED (
-    SELECT k.name, k.quota, q.fair_weights, q.key_cap, q.fair_round, head.priority AS top, head.fair_key AS head_key
+    SELECT k.name, k.quota, q.fair_weights, q.key_cap, k.fair_round, head.priority AS top, head.fair_key AS head_key
     FROM (SELECT * FROM quotas WHERE keyed AND quota > 0) k JOIN queues q ON q.name = k.name
-    CROSS JOIN LATERAL (
-        SELECT t.priority, t.fair_key FROM todos_todo t
-        WHERE {S.PENDING.sql("t")} AND t.queue = k.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        ORDER BY t.priority, t.run_at NULLS FIRST
-        LIMIT 1
-    ) head
+    -- With a fresh snapshot, after the queue's row is taken (quotas): this statement's snapshot may still show
+    -- the todos the claimer before it took as pending, and a top priority only they had would walk no key.
+    CROSS JOIN LATERAL todos_fair_head(k.name, %(agent)s) head
 ),
 fair_register AS (
     INSERT INTO todos_fairkey (queue, key, vtime)
@@ -334,7 +342,7 @@ fair_register AS (
     ON CONFLICT DO NOTHING
 ),
 fair_keys AS MATERIALIZED (
-    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, ceil(weight)::integer, room) AS room FROM (
+    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, room) AS room FROM (
         SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start,
             COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight,
             CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room
@@ -360,13 +368,13 @@ candidates AS (
 fair_rooms AS MATERIALIZED (
     SELECT * FROM fair_keys
     UNION ALL
-    SELECT k.queue, lk.key, GREATEST(lk.vtime, q.fair_round), w.weight,
-        LEAST(%(limit)s::integer, ceil(w.weight)::integer,
+    SELECT k.queue, lk.key, GREATEST(lk.vtime, qu.fair_round), w.weight,
+        LEAST(%(limit)s::integer,
             CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END)
     FROM (
         SELECT DISTINCT c.queue, c.fair_key FROM candidates c JOIN queues q ON q.name = c.queue AND q.keyed
         WHERE NOT EXISTS (SELECT FROM fair_keys fk WHERE fk.queue = c.queue AND fk.key = c.fair_key)
-    ) k JOIN queues q ON q.name = k.queue
+    ) k JOIN queues q ON q.name = k.queue JOIN quotas qu ON qu.name = k.queue
     CROSS JOIN LATERAL todos_fair_lock_key(k.queue, k.fair_key, q.key_cap, false) lk
     CROSS JOIN LATERAL (SELECT COALESCE((q.fair_weights ->> lk.key)::double precision, 1) AS weight) w
 ),
@@ -449,11 +457,13 @@ CLAIM_ONE = f"""
 WITH {_queue_quotas(_ITS_QUEUE, fair=True)},
 -- Its key at its cap (or never locked): checked only on a queue with max_claimed_per_key (key_cap IS NOT
 -- NULL comes first), so a claim on any other queue reads no more rows than before fair share.
+-- The key is locked after the queue's row (the join to quotas, whose ``limited`` locks it, comes first: the
+-- lock call names qu), the order fair claims lock in, so a claim by id and a fair claim cannot deadlock.
 key_full AS MATERIALIZED (
-    SELECT FROM queues q
+    SELECT FROM queues q JOIN quotas qu ON qu.name = q.name
     WHERE q.key_cap IS NOT NULL AND NOT EXISTS (
         SELECT FROM todos_todo t
-        WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(q.name, t.fair_key, q.key_cap, true)))
+        WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(qu.name, t.fair_key, q.key_cap, true)))
 ),
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
