@@ -6,6 +6,7 @@
 CREATE OR REPLACE FUNCTION todos_fair_head(queue_name text, agent text)
  RETURNS TABLE(priority smallint, fair_key text)
  LANGUAGE plpgsql
+ ROWS 1
 AS $function$
 #variable_conflict use_column
 BEGIN
