@@ -23,6 +23,12 @@ class QueueNotFound(QueueError):
     code = "not_found"
 
 
+class LimitNotFound(QueueError):
+    """No named limit by that name (issue 31)."""
+
+    code = "not_found"
+
+
 class TodoConflict(QueueError):
     """The todo exists but the transition's guard failed; ``state`` is its current state."""
 

@@ -32,11 +32,20 @@ from todos.limits import MAX_FAIR_KEY_CHARS, MAX_SCOPE_WILDCARDS
 from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+# A named limit's name (issue 31): a queue name's alphabet, shorter (todos/limits.py MAX_LIMIT_NAME_CHARS).
+LIMIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
 
 
 def new_todo_id() -> str:
     return f"td_{uuid.uuid4().hex}"
+
+
+def validate_limit_name(value: str) -> None:
+    if not LIMIT_NAME_RE.match(value or ""):
+        raise ValidationError(
+            "Limit names are 1-100 characters of letters, digits and . _ : / -, starting with a letter or digit."
+        )
 
 
 def validate_queue_name(value: str) -> None:
@@ -201,6 +210,9 @@ class Todo(models.Model):
     # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
     # but never loosen them.
     spawn_caps = models.JSONField(null=True, blank=True, editable=False)
+    # Named limits (issue 31) this todo names, beside its queue's (null: none, so a plain create writes
+    # nothing more): a claim takes it only when every one of them allows (todos/sql/flow.py).
+    limits = ArrayField(models.TextField(), null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -480,6 +492,8 @@ class Queue(models.Model):
     max_depth = models.PositiveIntegerField(null=True, blank=True)
     max_children = models.PositiveIntegerField(null=True, blank=True)
     max_descendants = models.PositiveIntegerField(null=True, blank=True)
+    # Named limits (issue 31) every todo of this queue is held by, beside its own (null: none).
+    limits = ArrayField(models.TextField(), null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -496,6 +510,38 @@ class Queue(models.Model):
     @property
     def limited(self) -> bool:
         return self.max_claimed is not None or self.rate_per_second is not None
+
+
+class Limit(models.Model):
+    """A named limit (issue 31), shared by every queue and todo that names it: at most max_claimed live leases
+    of them at once, rate_per_second claims a second in bursts of rate_burst, and at most per_key live leases
+    per fair_key (times the key's weight on its queue). Parked until parked_until (a provider's quota wall):
+    it then lets nothing through, and its todos show ``blocked``. Enforced by the claim statements
+    (todos/sql/flow.py), under this row's lock; written by todos/flow.py."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    max_claimed = models.PositiveIntegerField(null=True, blank=True)
+    rate_per_second = models.FloatField(null=True, blank=True)
+    rate_burst = models.PositiveIntegerField(null=True, blank=True)
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    refilled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    per_key = models.PositiveIntegerField(null=True, blank=True)
+    parked_until = models.DateTimeField(null=True, blank=True)
+    park_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True)
+                | Q(rate_per_second__gt=0, rate_burst__gte=1, tokens__isnull=False, refilled_at__isnull=False),
+                name="limit_rate_shape",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class FairKey(models.Model):

@@ -620,7 +620,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
             column("retry_waiting", "retry-waiting"),
             column("dead_letters", "dead-letters"),
             column("cancelled", "cancelled"),
-            "limits",
+            "limits_summary",  # not "limits": a model field of that name would win over this column
             "todos_link",
         )
 
@@ -638,7 +638,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
         return format_html('<span class="sb-state sb-state-paused">{}</span>', "paused") if obj.paused else "—"
 
     @admin.display(description="limits")
-    def limits(self, obj: Queue) -> str:
+    def limits_summary(self, obj: Queue) -> str:
         return controls.describe_limits(obj) or "—"
 
     @admin.display(description="now")

@@ -48,6 +48,7 @@ from todos.models import (
     Todo,
     TodoState,
     validate_caller_idempotency_key,
+    validate_limit_name,
     validate_queue_name,
 )
 from todos.queue import TodoRef
@@ -68,6 +69,7 @@ class DependencySerializer(serializers.Serializer[Any]):
 
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
+    limits = serializers.SerializerMethodField(help_text="Named limits it names itself (its queue's are not listed).")
     dependencies = serializers.SerializerMethodField(
         help_text=f"The todos it depends on, in the order given (at most {MAX_DEPENDENCIES}), each with its "
         f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
@@ -132,11 +134,16 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id",
             "root_id",
             "depth",
+            "limits",
         ]
         read_only_fields = fields
 
     def get_dead_letter(self, todo: Todo) -> bool:
         return todo.is_dead_letter
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_limits(self, todo: Todo) -> list[str]:
+        return todo.limits or []
 
     @extend_schema_field(DependencySerializer(many=True))
     def get_dependencies(self, todo: Todo) -> list[dict[str, Any]]:
@@ -187,6 +194,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id": todo.parent_id,
             "root_id": todo.root_id or todo.id,
             "depth": todo.depth or 0,
+            "limits": todo.limits or [],
         }
 
 
@@ -284,6 +292,33 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     max_depth = serializers.IntegerField(allow_null=True, help_text="of its trees: levels below the root")
     max_children = serializers.IntegerField(allow_null=True, help_text="of its trees: unfinished children a parent")
     max_descendants = serializers.IntegerField(allow_null=True, help_text="of its trees: todos ever made, a tree")
+    limits = serializers.ListField(
+        child=serializers.CharField(), allow_null=True, help_text="named limits every todo of it is held by"
+    )
+
+
+def _limit_names_field(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=limits.MAX_LIMIT_NAME_CHARS, validators=[validate_limit_name]),
+        max_length=limits.MAX_LIMITS_NAMED,
+        required=False,
+        allow_null=True,
+        **kwargs,
+    )
+
+
+class LimitSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases of its todos at once")
+    rate_per_second = serializers.FloatField(allow_null=True, help_text="claims of its todos a second")
+    rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
+    per_key = serializers.IntegerField(allow_null=True, help_text="live leases per fair_key, times its weight")
+    parked = serializers.DictField(allow_null=True, help_text="{until, reason} while parked; null otherwise")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return instance.as_json()  # type: ignore[no-any-return]
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -389,6 +424,9 @@ class TodoCreateInput(StrictInput):
         default=None,
         help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
         "(the smaller holds). Not with parent.",
+    )
+    limits = _limit_names_field(
+        default=None, help_text="Named limits (PUT /limits/<name>/) it is held by, beside its queue's."
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -661,13 +699,34 @@ class QueueLimitsInput(StrictInput):
     max_descendants = serializers.IntegerField(
         min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="ever created, a tree"
     )
+    limits = _limit_names_field(help_text="named limits every todo of the queue is held by; null or []: none")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
                 "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
-                "max_claimed_per_key, max_depth, max_children, max_descendants."
+                "max_claimed_per_key, max_depth, max_children, max_descendants, limits."
             )
+        return attrs
+
+
+class LimitInput(StrictInput):
+    """PUT: the limit's settings, whole (a field left out is null: no bound of that kind)."""
+
+    max_claimed = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True)
+    rate_per_second = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True
+    )
+    rate_burst = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="default: 1 s of the rate"
+    )
+    per_key = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("rate_burst") is not None and attrs.get("rate_per_second") is None:
+            raise serializers.ValidationError({"rate_burst": ["rate_burst needs a rate_per_second."]})
         return attrs
 
 

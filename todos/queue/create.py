@@ -20,6 +20,7 @@ from todos.errors import (
     TodoConflict,
     TodoNotFound,
 )
+from todos.flow import limit_names_problem
 from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
 from todos.metrics import TRANSITIONS, counted
 from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
@@ -47,6 +48,7 @@ CREATE_FIELDS = (
     "depends_on_index",
     "on_dependency_failure",
     "spawn_caps",
+    "limits",
 )
 
 
@@ -72,6 +74,7 @@ def create(
     on_dependency_failure: str = OnDependencyFailure.CANCEL,
     parent: Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
+    limits: Sequence[str] | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -85,6 +88,7 @@ def create(
     (parent_id, root_id, depth), within its tree's spawn caps (ParentNotHeld, SpawnLimitReached).
     ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
     than its queue's (the smaller of the two holds); not with ``parent``.
+    ``limits``: names of limits (issue 31, todos/flow.py) the todo is held by, beside its queue's.
     """
     item = {
         "queue": queue,
@@ -104,6 +108,7 @@ def create(
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
         "spawn_caps": spawn_caps,
+        "limits": limits,
     }
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
 
@@ -208,6 +213,8 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
             "spawn_caps",
             index,
         )
+    if (problem := limit_names_problem(item.get("limits"))) is not None:
+        raise _invalid(problem, "limits", index)
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -239,6 +246,8 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
         row["waiting_for"] = {"todos": wanted}
     if target:
         row["has_dependents"] = True
+    if names := item.get("limits"):  # NULL for none: a plain create writes nothing more
+        row["limits"] = sorted(set(names))
     return row
 
 

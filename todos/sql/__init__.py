@@ -37,6 +37,7 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.flow import DELETE_LIMIT, GET_LIMIT, PUT_LIMIT
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -90,11 +91,13 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DELETE_LIMIT",
     "DEPENDENCIES_OF",
     "DISCARD",
     "EVENT_PAGE",
     "FAIL",
     "FORCE_RELEASE",
+    "GET_LIMIT",
     "HEARTBEAT",
     "LINK",
     "LINK_WAIT",
@@ -112,6 +115,7 @@ __all__ = [
     "PURGE_DEAD",
     "PURGE_DONE",
     "PURGE_EVENTS",
+    "PUT_LIMIT",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
     "REFS_BY_ID",

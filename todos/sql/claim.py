@@ -1,6 +1,7 @@
 """Claims (claim_next, claim) and the queue controls' CTEs every claim starts with."""
 
 from todos import states as S
+from todos.sql import flow
 from todos.sql.common import _ERRORS_KEPT, _RETURNING_T
 
 # Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
@@ -56,7 +57,9 @@ _CLAIM_SET = f"""
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
 # The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
 # caller's: a one-time filter over ``queues``, which it reads anyway.
-_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed)"
+_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow)"
+# A queue that names limits (issue 31): its claims are CLAIM_NEXT_FAIR's, as a keyed queue's.
+_FLOW = "(q.limits IS NOT NULL)"
 # The queues whose claims take turns on the queue's row (issue 31): limited ones (their count and bucket) and
 # keyed ones (fair share and max_claimed_per_key). Keyed claimers once locked only the keys they took, SKIP
 # LOCKED, so while one held the heavy key the others skipped to the light ones: weights 3:1 came out 1.79:1
@@ -72,7 +75,8 @@ def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
     at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
     if not fair:
         return f"""queues AS MATERIALIZED (
-    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
+        {_FLOW} AS flow
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -83,7 +87,7 @@ limited AS MATERIALIZED (
             AS tokens
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
-      AND NOT {_KEYED}  -- and fair share set meanwhile: its caps are CLAIM_NEXT_FAIR's to keep
+      AND NOT {_KEYED} AND NOT {_FLOW}  -- and fair share or limits set meanwhile: CLAIM_NEXT_FAIR's to keep
       AND {_NO_KEYED}
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
@@ -99,7 +103,7 @@ quotas AS MATERIALIZED (
 )"""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
-        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round
+        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round, {_FLOW} AS flow, q.limits AS qlimits
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -226,8 +230,8 @@ _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
 CLAIM_NEXT = f"""
 WITH {_queue_quotas(_CALLERS)},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
@@ -239,18 +243,18 @@ pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-{_time_branches("id, queue, priority, run_at")}
+{_time_branches("id, queue, priority, run_at, limits")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
 chosen AS MATERIALIZED (
     -- No limited queue among the caller's (a one-time filter): the candidates in claim order, as wave 1
     -- took them.
-    (SELECT id, queue FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
+    (SELECT id, queue, limits FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
      ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota.
-    (SELECT id, queue FROM (
+    (SELECT id, queue, limits FROM (
         SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth
         FROM candidates c WHERE EXISTS (SELECT FROM limited)
     ) ranked JOIN quotas ON quotas.name = ranked.queue
@@ -258,15 +262,21 @@ chosen AS MATERIALIZED (
     ORDER BY {S.claim_order_sql("ranked")}
     LIMIT {_LIMIT})
 ),
-{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
+-- A chosen todo that names a limit (issue 31) is CLAIM_NEXT_FAIR's: this statement then takes nothing (and
+-- charges no bucket) and answers the row of NULLs. A plain todo's limits column is NULL: one test per chosen row.
+handed AS MATERIALIZED (
+    SELECT id, queue FROM chosen WHERE NOT EXISTS (SELECT FROM chosen c WHERE c.limits IS NOT NULL)
+),
+{_bucket("SELECT queue, count(*) AS n FROM handed GROUP BY queue")},
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
-    WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
+    WHERE t.id = ANY(ARRAY(SELECT id FROM handed))
     RETURNING {_RETURNING_T}
 )
 SELECT * FROM claimed
 UNION ALL
-{_RUN_FAIR} WHERE EXISTS (SELECT FROM queues WHERE keyed)
+{_RUN_FAIR}
+WHERE EXISTS (SELECT FROM queues WHERE keyed OR flow) OR EXISTS (SELECT FROM chosen WHERE limits IS NOT NULL)
 """
 
 # claim_next_fair: CLAIM_NEXT when a keyed queue is among the caller's queues (queue.claim_next runs it when
@@ -314,9 +324,9 @@ UNION ALL
 CLAIM_NEXT_FAIR = f"""
 WITH {_queue_quotas(_CALLERS, fair=True)},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM (SELECT * FROM quotas WHERE NOT keyed) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits
+    FROM (SELECT * FROM quotas WHERE NOT keyed) quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
@@ -350,8 +360,8 @@ fair_keys AS MATERIALIZED (
     ) k
 ),
 fair_pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM fair_keys fk CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
           AND (t.assignee IS NULL OR t.assignee = %(agent)s)
         ORDER BY t.priority, t.run_at
@@ -359,7 +369,7 @@ fair_pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-{_time_branches("id, queue, priority, run_at, fair_key")}
+{_time_branches("id, queue, priority, run_at, fair_key, limits")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
@@ -378,10 +388,19 @@ fair_rooms AS MATERIALIZED (
     CROSS JOIN LATERAL todos_fair_lock_key(k.queue, k.fair_key, q.key_cap, false) lk
     CROSS JOIN LATERAL (SELECT COALESCE((q.fair_weights ->> lk.key)::double precision, 1) AS weight) w
 ),
+-- Named limits (issue 31, todos/sql/flow.py): the candidates held by a limit, and those the limits refuse.
+flow_pool AS MATERIALIZED (
+    SELECT c.id, c.queue, c.priority, c.run_at, c.fair_key, {flow.held_by("c.limits", "q.qlimits")} AS lims,
+        q.fair_weights AS weights
+    FROM (SELECT * FROM candidates UNION ALL SELECT * FROM fair_pending) c JOIN queues q ON q.name = c.queue
+    WHERE c.limits IS NOT NULL OR q.qlimits IS NOT NULL
+),
+{flow.claim_ctes("flow_pool")}
 chosen AS MATERIALIZED (
     -- No limited or keyed queue among the caller's (a one-time filter): the candidates in claim order, as
     -- wave 1 took them.
     (SELECT id, queue, fair_key FROM candidates WHERE NOT EXISTS (SELECT FROM queues WHERE limited OR keyed)
+       AND id NOT IN (SELECT id FROM flow_blocked)
      ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota; in a keyed queue
@@ -393,7 +412,7 @@ chosen AS MATERIALIZED (
                 SELECT c.*,
                     row_number() OVER (PARTITION BY c.queue, c.fair_key ORDER BY c.priority, c.run_at) AS nth_key
                 FROM (SELECT * FROM candidates UNION ALL SELECT * FROM fair_pending) c
-                WHERE EXISTS (SELECT FROM queues WHERE limited OR keyed)
+                WHERE EXISTS (SELECT FROM queues WHERE limited OR keyed) AND c.id NOT IN (SELECT id FROM flow_blocked)
             ) c LEFT JOIN fair_rooms r ON r.queue = c.queue AND r.key = c.fair_key
         ) c JOIN quotas ON quotas.name = c.queue
         WHERE NOT quotas.keyed OR (c.held IS NOT NULL AND c.nth_key <= c.room)
@@ -438,7 +457,8 @@ fair_pruned AS (
         FOR UPDATE OF l SKIP LOCKED
     ) AND NOT todos_fair_key_pending(k.queue, k.key)
 ),
-{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")}
+{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
+{flow.bucket("flow_pool", "SELECT id FROM chosen")}
 UPDATE todos_todo t SET {_CLAIM_SET}
 WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING {_RETURNING_T}
@@ -465,12 +485,21 @@ key_full AS MATERIALIZED (
         SELECT FROM todos_todo t
         WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(qu.name, t.fair_key, q.key_cap, true)))
 ),
+-- Its named limits (issue 31), locked after its queue's row (the join to quotas).
+one_pool AS MATERIALIZED (
+    SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, {flow.held_by("t.limits", "q.qlimits")} AS lims,
+        q.fair_weights AS weights
+    FROM todos_todo t JOIN queues q ON q.name = t.queue JOIN quotas qu ON qu.name = t.queue
+    WHERE t.id = %(id)s AND (t.limits IS NOT NULL OR q.qlimits IS NOT NULL)
+),
+{flow.claim_ctes("one_pool")}
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
     WHERE t.id = %(id)s AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND {_CLAIMABLE}
-      AND NOT EXISTS (SELECT FROM key_full)
+      AND NOT EXISTS (SELECT FROM key_full) AND NOT EXISTS (SELECT FROM flow_blocked)
     RETURNING {_RETURNING_T}
 ),
-{_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")}
+{_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")},
+{flow.bucket("one_pool", "SELECT id FROM claimed")}
 SELECT * FROM claimed
 """
