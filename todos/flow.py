@@ -149,6 +149,11 @@ def put(
     return NamedLimit(*limit), bool(created)
 
 
+def unpark(name: str) -> NamedLimit:
+    """An operator lifts a park: the limit's todos are claimable again from the next claim."""
+    return _one(fetchall(sql.UNPARK, {"name": _name(name)}), name)
+
+
 def delete(name: str) -> None:
     """Remove the limit: its names then limit nothing (todos and queues keep naming it)."""
     _one(fetchall(sql.DELETE_LIMIT, {"name": _name(name)}), name)

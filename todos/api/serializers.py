@@ -70,6 +70,9 @@ class DependencySerializer(serializers.Serializer[Any]):
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
     limits = serializers.SerializerMethodField(help_text="Named limits it names itself (its queue's are not listed).")
+    blocked = serializers.SerializerMethodField(
+        help_text="While a limit holding it is parked: {limit, until, reason} (on GET of it or of a list)."
+    )
     dependencies = serializers.SerializerMethodField(
         help_text=f"The todos it depends on, in the order given (at most {MAX_DEPENDENCIES}), each with its "
         f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
@@ -135,11 +138,16 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "root_id",
             "depth",
             "limits",
+            "blocked",
         ]
         read_only_fields = fields
 
     def get_dead_letter(self, todo: Todo) -> bool:
         return todo.is_dead_letter
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_blocked(self, todo: Todo) -> dict[str, Any] | None:
+        return getattr(todo, "blocked", None)
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_limits(self, todo: Todo) -> list[str]:
@@ -195,6 +203,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "root_id": todo.root_id or todo.id,
             "depth": todo.depth or 0,
             "limits": todo.limits or [],
+            "blocked": getattr(todo, "blocked", None),
         }
 
 
@@ -571,6 +580,22 @@ class CompleteInput(StrictInput):
     result = BoundedJSONField(required=False, allow_null=True, default=None)
 
 
+class ParkInput(StrictInput):
+    """A quota wall: the named limit (one the todo names) lets nothing through until ``until``."""
+
+    limit = serializers.CharField(max_length=limits.MAX_LIMIT_NAME_CHARS, validators=[validate_limit_name])
+    until = RFC3339Field(help_text="When the wall resets (RFC 3339, with an offset), at most 7 days ahead.")
+    reason = serializers.CharField(
+        max_length=limits.MAX_PARK_REASON_CHARS, required=False, allow_blank=True, default=""
+    )
+
+
+_PARK_HELP = (
+    "Hit a quota wall: the todo goes back to pending with its attempt given back, and the named limit it "
+    "names is parked until `until` (its todos, in every queue, wait with `blocked`)."
+)
+
+
 class FailInput(StrictInput):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
@@ -582,10 +607,12 @@ class FailInput(StrictInput):
         default=None,
         help_text="Retry after this many seconds instead of the backoff (ignored at the attempt cap).",
     )
+    park = ParkInput(required=False, allow_null=True, default=None, help_text=_PARK_HELP)
 
 
 class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
+    park = ParkInput(required=False, allow_null=True, default=None, help_text=_PARK_HELP)
 
 
 class WaitInput(StrictInput):

@@ -158,6 +158,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         selectors.show_awaited(page or [])
+        selectors.show_blocked(page or [])
         assert isinstance(self.paginator, CreatedCursorPagination)
         # Whole todos are heavy (payload, result, checkpoint, resolution): the page stops at a byte budget.
         return self.get_paginated_response(self.paginator.within_bytes(lambda todo: TodoSerializer(todo).data))
@@ -261,6 +262,7 @@ class TodoDetailApi(_WaitsOnTheLoop):
                 raise TodoNotFound(f"No todo {todo_id}.")
             todo = found
         selectors.show_awaited([todo])
+        selectors.show_blocked([todo])
         return _render(todo)
 
     @staticmethod
@@ -490,6 +492,9 @@ class TodoFailApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(FailInput, request.data)
+        if (park := data.pop("park")) is not None:
+            data.pop("retry_in_seconds")
+            return _render(queue.park(_todo_id(todo_id), agent=auth.working_agent(request), **data, **park))
         return _render(queue.fail(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
@@ -503,6 +508,8 @@ class TodoReleaseApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
+        if (park := data.pop("park")) is not None:
+            return _render(queue.park(_todo_id(todo_id), agent=auth.working_agent(request), **data, **park))
         return _render(queue.release(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
@@ -801,6 +808,19 @@ class LimitDetailApi(APIView):
         _managing_agent(request)
         flow.delete(name)
         return Response(status=204)
+
+
+class LimitParkApi(APIView):
+    @extend_schema(
+        operation_id="limits_unpark",
+        summary="Lift a park",
+        description="The limit's todos are claimable again from the next claim. Staff or `--can-manage`.",
+        request=None,
+        **docs.documented(LimitSerializer, (401, 403, 404), []),
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        _managing_agent(request)
+        return Response(LimitSerializer(flow.unpark(name)).data)
 
 
 class ScheduleListApi(APIView):

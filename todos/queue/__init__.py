@@ -14,6 +14,7 @@ names, never a module's.
 from todos.queue._common import JSON
 from todos.queue.claim import claim, claim_next
 from todos.queue.create import CREATE_FIELDS, TodoRef, create, create_many
+from todos.queue.flow import park
 from todos.queue.lease import complete, complete_many, fail, heartbeat, release
 from todos.queue.operators import (
     cancel,
@@ -62,6 +63,7 @@ __all__ = [
     "force_release",
     "force_release_many",
     "heartbeat",
+    "park",
     "promote_due_retries",
     "promote_due_scheduled",
     "reap_once",

@@ -37,7 +37,7 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
-from todos.sql.flow import DELETE_LIMIT, GET_LIMIT, PUT_LIMIT
+from todos.sql.flow import BLOCKED_OF, DELETE_LIMIT, GET_LIMIT, HELD_LIMITS, PARK, PUT_LIMIT, UNPARK
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -78,6 +78,7 @@ from todos.sql.waits import (
 __all__ = [
     "ADMIT_NEW_QUEUES",
     "AGENT_LOCK",
+    "BLOCKED_OF",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -99,6 +100,7 @@ __all__ = [
     "FORCE_RELEASE",
     "GET_LIMIT",
     "HEARTBEAT",
+    "HELD_LIMITS",
     "LINK",
     "LINK_WAIT",
     "LOCK_CREATE_SCOPES",
@@ -106,6 +108,7 @@ __all__ = [
     "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "OPEN_EVENT_WAITS",
+    "PARK",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",
@@ -144,6 +147,7 @@ __all__ = [
     "TREE_OF_ROOT",
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
+    "UNPARK",
     "UNREGISTERED_QUEUES",
     "WAIT",
     "WAITPOINT_BY_HASH",

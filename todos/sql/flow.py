@@ -14,6 +14,9 @@ candidates' limits column, which it fetches anyway, and hands over to CLAIM_NEXT
 limit (docs/query-plans.md).
 """
 
+from todos import states as S
+from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, NOTIFY_CHANNEL
+
 _NO_LIMITS = "'{}'::text[]"
 
 
@@ -124,3 +127,61 @@ RETURNING {_LIMIT_COLUMNS}, (xmax = 0) AS created
 """
 
 DELETE_LIMIT = f"DELETE FROM todos_limit WHERE name = %(name)s RETURNING {_LIMIT_COLUMNS}"
+
+
+# park (a fail or a release with ``park``): the holder hit a quota wall. In one statement: the todo goes back to
+# pending with its attempt given back (as a release: parking spends no attempt), its errors record the park
+# (and the holder's error text, if any), and the limit is parked until %(until)s (the later of that and a park
+# still running: two holders hitting one wall keep the later reset), created if no PUT defined it yet. Guard:
+# the current receipt, and the todo is held by the limit (HELD_BY: its own limits or its queue's), so a holder
+# parks only a limit its todo names. Lock: the todo's row, then the limit's (a claim locks limit rows but never
+# waits for a todo's row: no cycle). Notifies the todo's queue, as a release does.
+PARK = f"""
+WITH released AS (
+    UPDATE todos_todo t SET
+        state = 'pending',
+        attempt = GREATEST(t.attempt - 1, 0),
+        lease_id = NULL,
+        lease_expires_at = NULL,
+        next_retry_at = NULL,
+        updated_at = now(),
+        errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', t.attempt, 'at', now(), 'error', %(error)s::text,
+            'parked', jsonb_build_object('limit', %(limit)s::text, 'until', %(until)s::timestamptz,
+                                         'reason', %(reason)s::text))), {_ERRORS_KEPT})
+    WHERE {_HOLDS_RECEIPT} AND {S.CLAIMED.sql("t")}
+      AND %(limit)s::text = ANY({held_by("t.limits", "(SELECT q.limits FROM todos_queue q WHERE q.name = t.queue)")})
+    RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
+),
+parked AS (
+    INSERT INTO todos_limit AS l (name, created_at, updated_at, parked_until, park_reason)
+    SELECT %(limit)s, now(), now(), %(until)s, %(reason)s FROM released
+    ON CONFLICT (name) DO UPDATE SET updated_at = now(),
+        parked_until = GREATEST(l.parked_until, EXCLUDED.parked_until),
+        park_reason = CASE WHEN l.parked_until > EXCLUDED.parked_until THEN l.park_reason ELSE EXCLUDED.park_reason END
+),
+notified AS MATERIALIZED (SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM released)
+SELECT released.* FROM released CROSS JOIN (SELECT count(*) FROM notified) n
+"""
+
+# The limits a holder's todo is held by (HELD_BY), read before PARK to tell a limit it does not name (a 400)
+# from a receipt that is not current (PARK's guard: 404 / 409).
+HELD_LIMITS = f"""
+SELECT {held_by("t.limits", "q.limits")} FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
+WHERE t.id = %(id)s AND t.queue LIKE ANY(%(visible)s::text[])
+"""
+
+# unpark: an operator lifts a park; notifies nothing itself (the long-polls of held queues re-poll, see
+# SECONDS_UNTIL_CLAIMABLE).
+UNPARK = f"""
+UPDATE todos_limit SET parked_until = NULL, park_reason = '', updated_at = now() WHERE name = %(name)s
+RETURNING {_LIMIT_COLUMNS}
+"""
+
+# BLOCKED for a page of todos (their JSON's ``blocked``): only pending and scheduled todos can be blocked.
+BLOCKED_OF = f"""
+SELECT t.id, {blocked(held_by("t.limits", "q.limits"))}
+FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
+WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'scheduled')
+  AND (t.limits IS NOT NULL OR q.limits IS NOT NULL)
+"""

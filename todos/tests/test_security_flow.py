@@ -4,9 +4,11 @@ without --can-manage, and limit names as data, bounded (never a pattern, never S
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from todos import flow, queue
 from todos.errors import TodoConflict
@@ -66,3 +68,31 @@ def test_naming_a_limit_never_escapes_it_a_todo_held_at_zero_is_never_claimed(ag
     with pytest.raises(TodoConflict):
         queue.claim(todo.id, agent=agent)
     assert Todo.objects.get(pk=todo.id).state == "pending"
+
+
+def test_a_holder_cannot_park_a_limit_its_todo_does_not_name(api: Any) -> None:
+    """A compromised worker could otherwise stop a whole fleet: parking is only for a limit its own todo (or
+    its queue) names. 400 naming ``park``; the todo stays claimed, no limit row is made or changed."""
+    flow.put("openai", max_claimed=5)
+    api.post("/todos/", {"queue": "default", "limits": ["github"]})
+    [held] = api.post("/todos/claim/", {}).json()["todos"]
+    park = {"limit": "openai", "until": (timezone.now() + timedelta(hours=1)).isoformat()}
+    for verb in ("fail", "release"):
+        response = api.post(f"/todos/{held['id']}/{verb}/", {"lease_id": held["lease_id"], "park": park})
+        assert response.status_code == 400, response.content
+        assert "park" in response.json()["error"]["fields"]
+    assert Todo.objects.get(pk=held["id"]).state == "claimed"
+    assert Limit.objects.get(name="openai").parked_until is None
+    assert not Limit.objects.filter(name="github").exists()
+
+
+def test_parking_needs_the_current_receipt(api: Any, make_agent: Any, api_for: Any) -> None:
+    api.post("/todos/", {"queue": "default", "limits": ["openai"]})
+    [held] = api.post("/todos/claim/", {}).json()["todos"]
+    other = api_for(make_agent("mallory"))
+    park = {"limit": "openai", "until": (timezone.now() + timedelta(hours=1)).isoformat()}
+    response = other.post(f"/todos/{held['id']}/release/", {"lease_id": held["lease_id"], "park": park})
+    assert response.status_code in (404, 409)
+    response = api.post(f"/todos/{held['id']}/release/", {"lease_id": "ls_" + "0" * 32, "park": park})
+    assert response.status_code == 409
+    assert not Limit.objects.exists()
