@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
-from todos import controls, selectors, states
+from todos import controls, flow, selectors, states
 from todos.admin import display as show
 from todos.admin.bulk import bulk_view
 from todos.admin.filters import (
@@ -45,7 +45,7 @@ from todos.admin.ops import OPS, Op, apply
 from todos.auth import notify_agents_changed
 from todos.errors import InvalidTransitionInput
 from todos.limits import MAX_SELECTED, MAX_TREE_CHILDREN_SHOWN
-from todos.models import Agent, Queue, Schedule, Todo, TodoState, Waitpoint
+from todos.models import Agent, Limit, Queue, Schedule, Todo, TodoState, Waitpoint
 from todos.schedules import next_tick
 
 # A changelist page holds at most list_per_page rows; this bounds a hand-made POST all the same.
@@ -133,6 +133,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
                     "assignee",
                     "idempotency_key",
                     "fair_key",
+                    "limits_blocked",
                 )
             },
         ),
@@ -162,6 +163,16 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ("History", {"fields": ("timeline", "errors_json")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
+
+    @admin.display(description="limits")
+    def limits_blocked(self, obj: Todo) -> str:
+        """The named limits it names (issue 31) and, while one holding it is parked, until when and why."""
+        selectors.show_blocked([obj])
+        blocked = getattr(obj, "blocked", None)
+        named = ", ".join(obj.limits or []) or "—"
+        if blocked:
+            return f"{named} · blocked: {blocked['limit']} parked until {blocked['until']} ({blocked['reason']})"
+        return named
 
     # batches of "apply to every matching todo" (todos/admin/bulk.py)
     bulk_batch_size = 500
@@ -750,3 +761,30 @@ class ScheduleAdmin(admin.ModelAdmin[Schedule]):
 
 # The console's login counts failures per name and per address and locks either past its limit (issue 28).
 admin.site.login_form = ThrottledAdminLoginForm
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin[Limit]):
+    """Named limits (issue 31): their settings and parks. Changes go through todos/flow.py (PUT's rules), never
+    a model save; an operator lifts a park with the action."""
+
+    list_display = ("name", "max_claimed", "rate_per_second", "rate_burst", "per_key", "parked_until", "park_reason")
+    search_fields = ("name",)
+    ordering = ("name",)
+    actions = ["lift_parks"]
+    readonly_fields = (
+        "name", "max_claimed", "rate_per_second", "rate_burst", "per_key", "parked_until", "park_reason", "created_at",
+    )  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # PUT /api/v1/limits/<name>/ defines one
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("todos.change_queue")
+
+    @admin.action(description="Lift the park (its todos are claimable again)", permissions=["change"])
+    def lift_parks(self, request: HttpRequest, queryset: QuerySet[Limit]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        for name in names:
+            flow.unpark(name)
+        self.message_user(request, f"{len(names)} limit(s) unparked.")
