@@ -52,6 +52,8 @@ class QueueControls:
     max_descendants: int | None = None
     # Named limits (issue 31) every todo of the queue is held by (todos/flow.py); None: none.
     limits: list[str] | None = None
+    # Issue 31: claims a second per fair_key, times the key's weight (a keyed queue's); None: no per-key rate.
+    rate_per_key: float | None = None
 
 
 def describe_limits(queue: Any) -> str:
@@ -66,6 +68,8 @@ def describe_limits(queue: Any) -> str:
         parts.append("fair")
     if getattr(queue, "max_claimed_per_key", None) is not None:
         parts.append(f"max {queue.max_claimed_per_key} per key")
+    if getattr(queue, "rate_per_key", None) is not None:
+        parts.append(f"{queue.rate_per_key:g}/s per key")
     if getattr(queue, "limits", None):
         parts.append("limits " + ", ".join(queue.limits))
     return " · ".join(parts)
@@ -159,6 +163,7 @@ def check_limits(
     max_children: Any = UNSET,
     max_descendants: Any = UNSET,
     limits: Any = UNSET,
+    rate_per_key: Any = UNSET,
 ) -> None:
     """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
     check the same bounds first; this guards every caller)."""
@@ -173,6 +178,19 @@ def check_limits(
     if limits is not UNSET and (problem := limit_names_problem(limits)) is not None:
         raise InvalidTransitionInput(problem, field="limits")
     _check_count("rate_burst", rate_burst, 1)
+    if (
+        rate_per_key is not UNSET
+        and rate_per_key is not None
+        and (
+            isinstance(rate_per_key, bool)
+            or not isinstance(rate_per_key, int | float)
+            or not math.isfinite(rate_per_key)
+            or not 0 < rate_per_key <= MAX_QUEUE_LIMIT
+        )
+    ):
+        raise InvalidTransitionInput(
+            f"rate_per_key must be a number above 0 and at most {MAX_QUEUE_LIMIT}, or null.", field="rate_per_key"
+        )
     if rate_per_second is not UNSET and rate_per_second is not None:
         if (
             isinstance(rate_per_second, bool)
@@ -199,6 +217,7 @@ def set_limits(
     max_children: int | None = UNSET,
     max_descendants: int | None = UNSET,
     limits: list[str] | None = UNSET,
+    rate_per_key: float | None = UNSET,
     agent: Agent | None = None,
 ) -> QueueControls:
     """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
@@ -219,6 +238,7 @@ def set_limits(
         max_children=max_children,
         max_descendants=max_descendants,
         limits=limits,
+        rate_per_key=rate_per_key,
     )
     spawn_caps = {"max_depth": max_depth, "max_children": max_children, "max_descendants": max_descendants}
     if rate_burst is not UNSET and rate_burst is not None:
@@ -241,6 +261,8 @@ def set_limits(
         fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
         set_max_claimed_per_key=max_claimed_per_key is not UNSET,
         max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
+        set_rate_per_key=rate_per_key is not UNSET,
+        rate_per_key=None if rate_per_key is UNSET else rate_per_key,
         set_limits=limits is not UNSET,
         limits=sorted(set(limits)) if limits not in (UNSET, None) else [],
         **{

@@ -484,6 +484,9 @@ class Queue(models.Model):
     fair = models.BooleanField(default=False, db_default=False)
     fair_weights = models.JSONField(default=dict, db_default={}, blank=True)
     max_claimed_per_key = models.PositiveIntegerField(null=True, blank=True)
+    # Issue 31: at most this many claims a second per fair_key (times the key's weight), a token bucket per key
+    # (in todos_fairkey) of one second's burst; null: no per-key rate.
+    rate_per_key = models.FloatField(null=True, blank=True)
     # The fair round (virtual time): the start of the last key a claim took. Kept by the claim statement.
     fair_round = models.FloatField(default=0.0, db_default=0.0, editable=False)
     # Spawn caps (issue 30) of the trees whose root is in this queue; null: no cap. max_depth: how far
@@ -554,6 +557,9 @@ class FairKey(models.Model):
     queue = models.CharField(max_length=200)
     key = models.CharField(max_length=MAX_FAIR_KEY_CHARS)
     vtime = models.FloatField(default=0.0, db_default=0.0)
+    # The key's token bucket on a queue with rate_per_key (issue 31), as of refilled_at; null: full.
+    tokens = models.FloatField(null=True, blank=True)
+    refilled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["queue", "vtime", "key"], name="fair_key_walk")]

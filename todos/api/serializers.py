@@ -304,6 +304,7 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     limits = serializers.ListField(
         child=serializers.CharField(), allow_null=True, help_text="named limits every todo of it is held by"
     )
+    rate_per_key = serializers.FloatField(allow_null=True, help_text="claims a second per fair_key, times its weight")
 
 
 def _limit_names_field(**kwargs: Any) -> serializers.ListField:
@@ -727,12 +728,15 @@ class QueueLimitsInput(StrictInput):
         min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="ever created, a tree"
     )
     limits = _limit_names_field(help_text="named limits every todo of the queue is held by; null or []: none")
+    rate_per_key = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="a fair queue's"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
                 "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
-                "max_claimed_per_key, max_depth, max_children, max_descendants, limits."
+                "max_claimed_per_key, max_depth, max_children, max_descendants, limits, rate_per_key."
             )
         return attrs
 

@@ -103,7 +103,8 @@ quotas AS MATERIALIZED (
 )"""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
-        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round, {_FLOW} AS flow, q.limits AS qlimits
+        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round, {_FLOW} AS flow, q.limits AS qlimits,
+        q.rate_per_key AS key_rate
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -339,7 +340,8 @@ pending AS MATERIALIZED (
     ) p
 ),
 fair_queues AS MATERIALIZED (
-    SELECT k.name, k.quota, q.fair_weights, q.key_cap, k.fair_round, head.priority AS top, head.fair_key AS head_key
+    SELECT k.name, k.quota, q.fair_weights, q.key_cap, k.fair_round, head.priority AS top, head.fair_key AS head_key,
+        q.key_rate
     FROM (SELECT * FROM quotas WHERE keyed AND quota > 0) k JOIN queues q ON q.name = k.name
     -- With a fresh snapshot, after the queue's row is taken (quotas): this statement's snapshot may still show
     -- the todos the claimer before it took as pending, and a top priority only they had would walk no key.
@@ -352,11 +354,17 @@ fair_register AS (
     ON CONFLICT DO NOTHING
 ),
 fair_keys AS MATERIALIZED (
-    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, room) AS room FROM (
-        SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start,
-            COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight,
-            CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room
-        FROM fair_queues fq CROSS JOIN LATERAL todos_fair_walk(fq.name, fq.top, %(agent)s, fq.quota, fq.key_cap) w
+    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, room, floor(tokens)::integer) AS room, tokens,
+        key_rate
+    FROM (
+        SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start, wt.weight,
+            CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room,
+            -- a per-key rate (issue 31): the key's bucket, read fresh under its lock; NULL without rate_per_key
+            todos_fair_key_tokens(fq.name, w.key, fq.key_rate * wt.weight) AS tokens,
+            fq.key_rate * wt.weight AS key_rate
+        FROM fair_queues fq CROSS JOIN LATERAL todos_fair_walk(
+            fq.name, fq.top, %(agent)s, fq.quota, fq.key_cap, fq.key_rate, fq.fair_weights) w
+        CROSS JOIN LATERAL (SELECT COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight) wt
     ) k
 ),
 fair_pending AS MATERIALIZED (
@@ -380,7 +388,9 @@ fair_rooms AS MATERIALIZED (
     UNION ALL
     SELECT k.queue, lk.key, GREATEST(lk.vtime, qu.fair_round), w.weight,
         LEAST(%(limit)s::integer,
-            CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END)
+            CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END,
+            floor(todos_fair_key_tokens(k.queue, lk.key, q.key_rate * w.weight))::integer),
+        todos_fair_key_tokens(k.queue, lk.key, q.key_rate * w.weight), q.key_rate * w.weight
     FROM (
         SELECT DISTINCT c.queue, c.fair_key FROM candidates c JOIN queues q ON q.name = c.queue AND q.keyed
         WHERE NOT EXISTS (SELECT FROM fair_keys fk WHERE fk.queue = c.queue AND fk.key = c.fair_key)
@@ -422,15 +432,18 @@ chosen AS MATERIALIZED (
     LIMIT {_LIMIT})
 ),
 fair_taken AS MATERIALIZED (
-    SELECT r.queue, r.key, r.start, r.weight, count(*) AS n
+    SELECT r.queue, r.key, r.start, r.weight, r.tokens, r.key_rate, count(*) AS n
     FROM chosen JOIN fair_rooms r ON r.queue = chosen.queue AND r.key = chosen.fair_key
-    GROUP BY 1, 2, 3, 4
+    GROUP BY 1, 2, 3, 4, 5, 6
 ),
 -- An UPDATE, not an upsert: a key registered by this very statement (todos_fair_lock_key, fair_register) is
 -- not in its snapshot, and an upsert of it would fail ("cannot affect row a second time"); such a key keeps
 -- pass 0 and starts at the round at its next claim as well (one turn early, once).
 fair_state AS (
-    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight
+    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight,
+        -- a per-key rate's bucket, written back under the key's lock (issue 31)
+        tokens = CASE WHEN ft.key_rate IS NOT NULL THEN ft.tokens - ft.n ELSE k.tokens END,
+        refilled_at = CASE WHEN ft.key_rate IS NOT NULL THEN now() ELSE k.refilled_at END
     FROM fair_taken ft WHERE k.queue = ft.queue AND k.key = ft.key
 ),
 fair_round AS (

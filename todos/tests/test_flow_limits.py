@@ -153,3 +153,32 @@ def test_a_plain_claim_never_reads_a_limit_row(agent: Agent) -> None:
     assert _reads_after(lambda: [queue.claim_next(agent=agent, queues=["plainq"]) for _ in range(5)]) == 0
     seed_limited("plainq", 1, ["unused"])
     assert _reads_after(lambda: queue.claim_next(agent=agent, queues=["plainq"])) > 0, "the measure sees a read"
+
+
+def test_rate_per_key_on_a_fair_queue_gives_each_key_its_weighted_burst_under_eight_claimers(agent: Agent) -> None:
+    """rate_per_key 2 (burst: one second's worth): a key of weight 2 gets 4, the others 2, and (the bucket
+    refilling at 2 and 4 a second) no more within the test's short window."""
+    controls_queue = "per-key"
+    seed_limited(controls_queue, 30, None, fair_key="big")
+    seed_limited(controls_queue, 30, None, fair_key="small")
+    controls.set_limits(controls_queue, fair=True, fair_weights={"big": 2}, rate_per_key=0.01)
+    taken = Counter(t.fair_key for t in (queue.claim_next(agent=agent, queues=[controls_queue], limit=10)))
+    assert taken == {"big": 1, "small": 1}, "burst: one second's worth, at least 1"
+    controls.set_limits(controls_queue, rate_per_key=2)
+    with connection.cursor() as cursor:  # start the buckets full again
+        cursor.execute("UPDATE todos_fairkey SET tokens = NULL WHERE queue = %s", [controls_queue])
+    got: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        for _ in range(5):
+            todos = queue.claim_next(agent=agent, queues=[controls_queue], limit=3)
+            with lock:
+                got.update(t.fair_key for t in todos)
+
+    started = time.monotonic()
+    run_together([claimer] * 8)
+    elapsed = time.monotonic() - started
+    # bursts 4 and 2, then refills at 4/s and 2/s for the elapsed time
+    assert 4 <= got["big"] <= 4 + int(4 * elapsed) + 1, (got, elapsed)
+    assert 2 <= got["small"] <= 2 + int(2 * elapsed) + 1, (got, elapsed)

@@ -1,7 +1,8 @@
 -- The fair claim's walk: the keys of one queue in (vtime, key) order, locked one at a time with SKIP
--- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22).
+-- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22),
+-- and, on a queue with rate_per_key (key_rate, issue 31), a whole token in their bucket (times their weight).
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
-CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer)
+CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer, key_rate double precision, weights jsonb)
  RETURNS TABLE(key text, vtime double precision)
  LANGUAGE plpgsql
 AS $function$
@@ -42,6 +43,8 @@ BEGIN
             END IF;
             locked_any := true;
             CONTINUE WHEN cap IS NOT NULL AND todos_fair_live_leases(queue_name, c.key) >= cap;
+            CONTINUE WHEN key_rate IS NOT NULL AND todos_fair_key_tokens(
+                queue_name, c.key, key_rate * COALESCE((weights ->> c.key)::double precision, 1)) < 1;
             key := c.key;
             vtime := c.vtime;
             RETURN NEXT;
@@ -60,7 +63,9 @@ BEGIN
            AND EXISTS (SELECT 1 FROM todos_todo t
                        WHERE t.queue = queue_name AND t.fair_key = busy AND t.state = 'pending'
                          AND (t.assignee IS NULL OR t.assignee = agent))
-           AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap) THEN
+           AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap)
+           AND (key_rate IS NULL OR todos_fair_key_tokens(
+                queue_name, busy, key_rate * COALESCE((weights ->> busy)::double precision, 1)) >= 1) THEN
             key := busy;
             vtime := pass;
             RETURN NEXT;
