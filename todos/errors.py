@@ -39,6 +39,13 @@ class TodoConflict(QueueError):
         self.state = state
 
 
+class TodoSuperseded(TodoConflict):
+    """The todo was superseded (issue 31): a create with ``supersede`` replaced it, cancelling it; its holder's
+    next step learns here that it should stop."""
+
+    code = "superseded"
+
+
 class QueuesForbidden(QueueError):
     """A claim named queues its caller may never claim from. Refused at once, instead of an empty answer
     after the whole long-poll; ``queues`` lists them. Naming them leaks nothing: they come from the caller."""

@@ -438,6 +438,20 @@ class TodoCreateInput(StrictInput):
     limits = _limit_names_field(
         default=None, help_text="Named limits (PUT /limits/<name>/) it is held by, beside its queue's."
     )
+    supersede = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Cancel the runnable todo holding idempotency_key (its holder gets 409 superseded) and create "
+        "this one.",
+    )
+    debounce_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_DELAY_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="One todo per idempotency_key, run this long after the last create (its run_at moves).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -458,6 +472,8 @@ class TodoAwaitInput(serializers.Serializer[Any]):
 
 class BatchCreateItemInput(TodoCreateInput):
     parent = None  # type: ignore[assignment]  # a batch names one parent for all its items (BatchCreateInput)
+    supersede = None  # type: ignore[assignment]  # one key at a time (issue 31): a single create's
+    debounce_seconds = None  # type: ignore[assignment]
     depends_on_index = serializers.ListField(
         child=serializers.IntegerField(min_value=0, max_value=MAX_CREATE_BATCH - 1),
         required=False,

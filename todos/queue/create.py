@@ -24,7 +24,7 @@ from todos.flow import limit_names_problem
 from todos.limits import MAX_CREATE_BATCH, MAX_DELAY_SECONDS, MAX_FAIR_KEY_CHARS, MAX_QUEUE_LIMIT
 from todos.metrics import TRANSITIONS, counted
 from todos.models import QUEUE_NAME_RE, Agent, OnDependencyFailure, Todo, new_todo_id, visible_patterns
-from todos.queue._common import JSON, priority_problem
+from todos.queue._common import JSON, SUPERSEDED, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
 from todos.rows import fetch_todos, fetchall
@@ -75,6 +75,8 @@ def create(
     parent: Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
     limits: Sequence[str] | None = None,
+    supersede: bool = False,
+    debounce_seconds: float | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -89,6 +91,10 @@ def create(
     ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
     than its queue's (the smaller of the two holds); not with ``parent``.
     ``limits``: names of limits (issue 31, todos/flow.py) the todo is held by, beside its queue's.
+    ``supersede`` (issue 31): cancel the runnable todo holding ``idempotency_key`` (reason ``superseded``; a
+    claimed one's holder gets 409 superseded on its next step) and create this one, in one transaction.
+    ``debounce_seconds`` N: one todo per key, running N seconds after the last create (a pending or scheduled
+    holder's run_at moves to now + N and it is returned, not created).
     """
     item = {
         "queue": queue,
@@ -110,7 +116,55 @@ def create(
         "spawn_caps": spawn_caps,
         "limits": limits,
     }
+    if supersede or debounce_seconds is not None:
+        return _create_by_key(item, agent, parent, supersede=supersede, debounce_seconds=debounce_seconds)
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
+
+
+def _create_by_key(
+    item: dict[str, Any],
+    agent: Agent | None,
+    parent: Mapping[str, str] | None,
+    *,
+    supersede: bool,
+    debounce_seconds: float | None,
+) -> tuple[Todo, bool]:
+    """create with supersede or debounce_seconds (issue 31, todos/sql/flow.py SUPERSEDE and DEBOUNCE)."""
+    if not isinstance(supersede, bool):
+        raise InvalidTransitionInput("supersede must be true or false.", field="supersede")
+    if supersede and debounce_seconds is not None:
+        raise InvalidTransitionInput("Give supersede or debounce_seconds, not both.", field="debounce_seconds")
+    field = "supersede" if supersede else "debounce_seconds"
+    if not item.get("idempotency_key"):
+        raise InvalidTransitionInput(f"{field} needs an idempotency_key: the key it acts by.", field=field)
+    if debounce_seconds is not None:
+        if (
+            isinstance(debounce_seconds, bool)
+            or not isinstance(debounce_seconds, int | float)
+            or not 0 <= debounce_seconds <= MAX_DELAY_SECONDS
+        ):
+            raise InvalidTransitionInput(
+                f"debounce_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="debounce_seconds"
+            )
+        if item.get("run_at") is not None or item.get("delay_seconds") is not None:
+            raise InvalidTransitionInput(
+                "debounce_seconds sets when it runs: not with run_at or delay_seconds.", field="debounce_seconds"
+            )
+    _check_item(item, agent, None, {})  # before the supersede: a bad create changes nothing
+    key = {"queue": item["queue"], "key": item["idempotency_key"], "visible": visible_patterns(agent)}
+    with transaction.atomic():
+        if supersede:
+            fetch_todos(sql.SUPERSEDE, {**key, "operator": agent.name if agent else "system", "reason": SUPERSEDED})
+            return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
+        moved = fetch_todos(sql.DEBOUNCE, {**key, "seconds": float(debounce_seconds or 0)})
+        if moved:
+            return moved[0], False
+        todo, created = _create_many(
+            [{**item, "delay_seconds": float(debounce_seconds or 0)}], agent, _WHOLE, batch=False, parent=parent
+        )[0]
+        if not created and (moved := fetch_todos(sql.DEBOUNCE, {**key, "seconds": float(debounce_seconds or 0)})):
+            return moved[0], False  # a concurrent create made it first: moved all the same
+        return todo, created
 
 
 def create_many(

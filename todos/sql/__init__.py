@@ -37,7 +37,17 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
-from todos.sql.flow import BLOCKED_OF, DELETE_LIMIT, GET_LIMIT, HELD_LIMITS, PARK, PUT_LIMIT, UNPARK
+from todos.sql.flow import (
+    BLOCKED_OF,
+    DEBOUNCE,
+    DELETE_LIMIT,
+    GET_LIMIT,
+    HELD_LIMITS,
+    PARK,
+    PUT_LIMIT,
+    SUPERSEDE,
+    UNPARK,
+)
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -92,6 +102,7 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DEBOUNCE",
     "DELETE_LIMIT",
     "DEPENDENCIES_OF",
     "DISCARD",
@@ -141,6 +152,7 @@ __all__ = [
     "SET_PRIORITY",
     "SET_QUEUE_LIMITS",
     "SPAWN_CAPS",
+    "SUPERSEDE",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",

@@ -16,6 +16,8 @@ limit (docs/query-plans.md).
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, NOTIFY_CHANNEL
+from todos.sql.create import _RUNNABLE_KEY
+from todos.sql.operators import CANCEL
 
 _NO_LIMITS = "'{}'::text[]"
 
@@ -184,4 +186,26 @@ SELECT t.id, {blocked(held_by("t.limits", "q.limits"))}
 FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
 WHERE t.id = ANY(%(ids)s::text[]) AND t.state IN ('pending', 'scheduled')
   AND (t.limits IS NOT NULL OR q.limits IS NOT NULL)
+"""
+
+
+# supersede (a create with ``supersede``, issue 31): CANCEL, with reason 'superseded', of the runnable todo
+# holding (queue, idempotency_key): pending, scheduled, waiting, retry-waiting, or claimed (its lease is
+# revoked: the holder's next step is 409 superseded). Run in the create's transaction, before its INSERT, so
+# the key is free for the new todo when it commits. Guard: the runnable key (the unique index's predicate) and
+# the caller's scopes; lock: that row (a claim holding it first is waited for, then its claimed row cancelled).
+SUPERSEDE = CANCEL.replace(
+    "t.id = ANY(%(ids)s::text[]) AND",
+    f"t.queue = %(queue)s AND t.idempotency_key = %(key)s AND {_RUNNABLE_KEY} AND",
+)
+
+# debounce (a create with ``debounce_seconds``, issue 31): the pending or scheduled todo holding the key runs
+# at now() + N instead (scheduled), so a burst of creates makes one todo that runs N seconds after the last.
+# Guard: the key's runnable holder is pending or scheduled (a claimed one is being worked on: left alone);
+# lock: its row.
+DEBOUNCE = f"""
+UPDATE todos_todo t SET state = 'scheduled', run_at = now() + make_interval(secs => %(seconds)s), updated_at = now()
+WHERE t.queue = %(queue)s AND t.idempotency_key = %(key)s AND {(S.PENDING | S.SCHEDULED).sql("t")}
+  AND t.queue LIKE ANY(%(visible)s::text[])
+RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
