@@ -213,6 +213,9 @@ class Todo(models.Model):
     # Named limits (issue 31) this todo names, beside its queue's (null: none, so a plain create writes
     # nothing more): a claim takes it only when every one of them allows (todos/sql/flow.py).
     limits = ArrayField(models.TextField(), null=True, blank=True, editable=False)
+    # Start-by deadline (issue 31): not claimed by then, it is cancelled with reason "expired" (the claim never
+    # takes it late; the reaper finishes it). Null: none. A todo once claimed has started: it no longer expires.
+    expires_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 

@@ -102,6 +102,8 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "traceparent": lambda v: v is None,  # a header to parse: the serializer's
         "spawn_caps": lambda v: v is None,  # an object to validate: the serializer's
         "limits": lambda v: v is None,  # names to validate (issue 31): the serializer's
+        "expires_at": lambda v: v is None,  # a time to parse: the serializer's
+        "expire_after_seconds": lambda v: v is None,  # a bound to check (issue 31): the serializer's
     }
     # A callable default (payload's dict) makes a fresh value per item, as DRF does: none is shared.
     defaults = {name: field.default for name, field in fields.items() if field.default is not serializers.empty}

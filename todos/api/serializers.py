@@ -139,6 +139,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "depth",
             "limits",
             "blocked",
+            "expires_at",
         ]
         read_only_fields = fields
 
@@ -204,6 +205,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "depth": todo.depth or 0,
             "limits": todo.limits or [],
             "blocked": getattr(todo, "blocked", None),
+            "expires_at": _iso(todo.expires_at),
         }
 
 
@@ -437,6 +439,20 @@ class TodoCreateInput(StrictInput):
     )
     limits = _limit_names_field(
         default=None, help_text="Named limits (PUT /limits/<name>/) it is held by, beside its queue's."
+    )
+    expires_at = RFC3339Field(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Start-by deadline (RFC 3339): not claimed by then, it is cancelled with reason `expired`.",
+    )
+    expire_after_seconds = serializers.FloatField(
+        min_value=0.001,
+        max_value=MAX_DELAY_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Start-by deadline this many seconds from now. Not with expires_at.",
     )
     supersede = StrictBooleanField(
         required=False,

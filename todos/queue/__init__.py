@@ -35,6 +35,7 @@ from todos.queue.operators import (
 from todos.queue.reaper import (
     LapseResult,
     ReapResult,
+    expire_unstarted,
     promote_due_retries,
     promote_due_scheduled,
     reap_once,
@@ -59,6 +60,7 @@ __all__ = [
     "create_many",
     "discard",
     "discard_many",
+    "expire_unstarted",
     "fail",
     "force_release",
     "force_release_many",

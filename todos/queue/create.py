@@ -49,6 +49,8 @@ CREATE_FIELDS = (
     "on_dependency_failure",
     "spawn_caps",
     "limits",
+    "expires_at",
+    "expire_after_seconds",
 )
 
 
@@ -77,6 +79,8 @@ def create(
     limits: Sequence[str] | None = None,
     supersede: bool = False,
     debounce_seconds: float | None = None,
+    expires_at: datetime | None = None,
+    expire_after_seconds: float | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -93,6 +97,8 @@ def create(
     ``limits``: names of limits (issue 31, todos/flow.py) the todo is held by, beside its queue's.
     ``supersede`` (issue 31): cancel the runnable todo holding ``idempotency_key`` (reason ``superseded``; a
     claimed one's holder gets 409 superseded on its next step) and create this one, in one transaction.
+    ``expires_at`` or ``expire_after_seconds`` (issue 31): a start-by deadline; not claimed by then, the todo
+    is cancelled with reason ``expired``.
     ``debounce_seconds`` N: one todo per key, running N seconds after the last create (a pending or scheduled
     holder's run_at moves to now + N and it is returned, not created).
     """
@@ -115,6 +121,8 @@ def create(
         "on_dependency_failure": on_dependency_failure,
         "spawn_caps": spawn_caps,
         "limits": limits,
+        "expires_at": expires_at,
+        "expire_after_seconds": expire_after_seconds,
     }
     if supersede or debounce_seconds is not None:
         return _create_by_key(item, agent, parent, supersede=supersede, debounce_seconds=debounce_seconds)
@@ -269,6 +277,19 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
         )
     if (problem := limit_names_problem(item.get("limits"))) is not None:
         raise _invalid(problem, "limits", index)
+    expires_at, expire_after = item.get("expires_at"), item.get("expire_after_seconds")
+    if expires_at is not None and expire_after is not None:
+        raise _invalid("Give expires_at or expire_after_seconds, not both.", "expires_at", index)
+    if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
+        raise _invalid("expires_at needs a time zone offset (RFC 3339).", "expires_at", index)
+    if expire_after is not None and (
+        isinstance(expire_after, bool)
+        or not isinstance(expire_after, int | float)
+        or not 0 < expire_after <= MAX_DELAY_SECONDS
+    ):
+        raise _invalid(
+            f"expire_after_seconds must be above 0 and at most {MAX_DELAY_SECONDS}.", "expire_after_seconds", index
+        )
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -302,6 +323,10 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
         row["has_dependents"] = True
     if names := item.get("limits"):  # NULL for none: a plain create writes nothing more
         row["limits"] = sorted(set(names))
+    if (expires_at := item.get("expires_at")) is not None:
+        row["expires_at"] = expires_at.isoformat()
+    if (expire_after := item.get("expire_after_seconds")) is not None:
+        row["expire_after"] = expire_after
     return row
 
 

@@ -27,11 +27,17 @@ class ReapResult:
     retries_promoted: int = 0
     scheduled_promoted: int = 0
     waits_timed_out: int = 0
+    expired: int = 0
 
     @property
     def total(self) -> int:
         return (
-            self.requeued + self.dead_lettered + self.retries_promoted + self.scheduled_promoted + self.waits_timed_out
+            self.requeued
+            + self.dead_lettered
+            + self.retries_promoted
+            + self.scheduled_promoted
+            + self.waits_timed_out
+            + self.expired
         )
 
 
@@ -84,13 +90,24 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     promoted = _in_batches(lambda: promote_due_retries(batch=batch), batch, should_stop)
     scheduled = _in_batches(lambda: promote_due_scheduled(batch=batch), batch, should_stop)
     timed_out = _in_batches(lambda: time_out_waits(batch=batch), batch, should_stop)
+    expired = _in_batches(lambda: expire_unstarted(batch=batch), batch, should_stop)
     return ReapResult(
         requeued=requeued,
         dead_lettered=dead,
         retries_promoted=promoted,
         scheduled_promoted=scheduled,
         waits_timed_out=timed_out,
+        expired=expired,
     )
+
+
+def expire_unstarted(*, batch: int) -> int:
+    """One batch of todos past their start-by deadline (expires_at) that no claim took: -> cancelled, reason
+    ``expired`` (todos/sql/flow.py EXPIRE; issue 31)."""
+    expired = len(fetchall(sql.EXPIRE, {"batch": batch, "operator": "reaper", "reason": "expired", "visible": ["%"]}))
+    if expired:
+        TRANSITIONS.labels(verb="expire", outcome="ok").inc(expired)
+    return expired
 
 
 def time_out_waits(*, batch: int) -> int:

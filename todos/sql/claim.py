@@ -11,8 +11,10 @@ CLAIM_ORDER = S.claim_order_sql()
 
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
-# todo whose run_at has come. The assignee, if any, must be the claimer.
-_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}"""
+# todo whose run_at has come. The assignee, if any, must be the claimer, and a todo never claimed must not be
+# past its start-by deadline (NOT_EXPIRED, issue 31).
+_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}
+    AND {flow.not_expired("t")}"""
 
 _CLAIM_SET = f"""
     state = 'claimed',
@@ -152,7 +154,7 @@ def _time_branches(columns: str) -> str:
     CROSS JOIN LATERAL (
         SELECT {cols("t")} FROM todos_todo t
         WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.run_at
         LIMIT quotas.quota
         FOR UPDATE SKIP LOCKED
@@ -171,7 +173,7 @@ due AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT {cols("t")} FROM todos_todo t
         WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
         -- each queue's due range is one descent that stops after its quota. Across queues in due order,
         -- a generic plan once read every due retry of every queue through that index and sorted them.
@@ -234,7 +236,7 @@ pending AS MATERIALIZED (
     SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
         -- created_at index and walked the done history at its head on every claim (migration 0007: in a
@@ -329,7 +331,7 @@ pending AS MATERIALIZED (
     FROM (SELECT * FROM quotas WHERE NOT keyed) quotas CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
         -- created_at index and walked the done history at its head on every claim (migration 0007: in a
@@ -371,7 +373,7 @@ fair_pending AS MATERIALIZED (
     SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.priority, t.run_at
         LIMIT fk.room
         FOR UPDATE SKIP LOCKED

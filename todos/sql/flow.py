@@ -22,6 +22,13 @@ from todos.sql.operators import CANCEL
 _NO_LIMITS = "'{}'::text[]"
 
 
+def not_expired(todo: str) -> str:
+    """NOT_EXPIRED: the todo's start-by deadline (expires_at) has not passed, or it has none, or it was claimed
+    before (it has started). Every claim branch of a todo not yet claimed carries it: the claim never takes a
+    todo late (the reaper's EXPIRE cancels it)."""
+    return f"({todo}.expires_at IS NULL OR {todo}.expires_at > now() OR {todo}.claimed_at IS NOT NULL)"
+
+
 def held_by(todo_limits: str, queue_limits: str) -> str:
     """HELD_BY: the limits a todo is held by, its own (``todo_limits``) and its queue's (``queue_limits``);
     '{}' for neither."""
@@ -209,3 +216,18 @@ WHERE t.queue = %(queue)s AND t.idempotency_key = %(key)s AND {(S.PENDING | S.SC
   AND t.queue LIKE ANY(%(visible)s::text[])
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """
+
+
+# expire (the reaper, issue 31): CANCEL, with reason 'expired', of up to %(batch)s todos past their start-by
+# deadline that were never claimed (pending, scheduled, waiting or retry-waiting), oldest deadline first. Guard:
+# NOT_EXPIRED fails (re-checked on the latest row: a claim that took it first set claimed_at, and the claim's
+# own NOT_EXPIRED keeps it from taking one this has cancelled: exactly one wins); lock: SKIP LOCKED, so a row a
+# claimer holds is left to the next sweep; index: todo_expiry (partial: never-claimed todos with a deadline).
+EXPIRE = CANCEL.replace(
+    "t.id = ANY(%(ids)s::text[]) AND",
+    f"""t.id IN (
+        SELECT e.id FROM todos_todo e
+        WHERE e.expires_at <= now() AND e.claimed_at IS NULL AND e.expires_at IS NOT NULL
+        ORDER BY e.expires_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    ) AND NOT {not_expired("t")} AND""",
+)
