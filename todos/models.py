@@ -697,6 +697,14 @@ class Schedule(models.Model):
     fair_key = models.CharField(
         max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", help_text="On a fair queue: whose share its todos take."
     )
+    # Named limits (issue 31) its todos name; comma-separated in the admin.
+    limits = ArrayField(
+        models.CharField(max_length=100, validators=[validate_limit_name]),
+        size=4,
+        default=list,
+        blank=True,
+        help_text="Named limits its todos are held by (PUT /api/v1/limits/<name>/), e.g. openai.",
+    )
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
     )

@@ -704,6 +704,7 @@ class ScheduleForm(forms.ModelForm[Schedule]):
             "payload",
             "priority",
             "fair_key",
+            "limits",
             "max_attempts",
             "catch_up",
             "is_active",

@@ -813,6 +813,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "payload",
             "priority",
             "fair_key",
+            "limits",
             "max_attempts",
             "active",
             "catch_up",
