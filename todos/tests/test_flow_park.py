@@ -162,24 +162,17 @@ def test_a_long_poll_on_a_parked_queue_wakes_at_the_reset(live_server: Any, agen
     assert 0.8 <= elapsed <= 3.5, elapsed
 
 
-def test_the_admin_shows_a_blocked_todo_and_lifts_the_park(admin_client: Any, agent: Agent) -> None:
-    from django.urls import reverse
+def test_on_a_fair_queue_a_key_parked_on_a_wall_does_not_starve_the_other_keys(agent: Agent) -> None:
+    from todos import controls
 
-    todo, _ = queue.create(queue="jobs", limits=["openai"])
-    [held] = queue.claim_next(agent=agent, queues=["jobs"])
+    for i in range(3):
+        queue.create(queue="tenants", fair_key="walled", limits=["wall"], title=f"w{i}")
+    for i in range(3):
+        queue.create(queue="tenants", fair_key="free", title=f"f{i}")
+    controls.set_limits("tenants", fair=True)
+    [held] = [t for t in queue.claim_next(agent=agent, queues=["tenants"], limit=2) if t.fair_key == "walled"]
     queue.park(
-        held.id,
-        agent=agent,
-        lease_id=held.lease_id or "",
-        limit="openai",
-        until=timezone.now() + timedelta(hours=1),
-        reason="429: resets 01:00",
+        held.id, agent=agent, lease_id=held.lease_id or "", limit="wall", until=timezone.now() + timedelta(hours=1)
     )
-    page = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id])).content.decode()
-    assert "blocked: openai parked until" in page and "429: resets 01:00" in page
-    response = admin_client.post(
-        reverse("admin:todos_limit_changelist"), {"action": "lift_parks", "_selected_action": ["openai"]}
-    )
-    assert response.status_code == 302
-    assert Limit.objects.get(name="openai").parked_until is None
-    assert [t.id for t in queue.claim_next(agent=agent, queues=["jobs"])] == [todo.id]
+    got = [queue.claim_next(agent=agent, queues=["tenants"]) for _ in range(3)]
+    assert [[t.fair_key for t in todos] for todos in got][:2] == [["free"], ["free"]], got

@@ -13,6 +13,11 @@ BEGIN
     RETURN QUERY
         SELECT t.priority, t.fair_key::text FROM todos_todo t
         WHERE t.state = 'pending' AND t.queue = queue_name AND (t.assignee IS NULL OR t.assignee = agent)
+          -- since issue 31: not expired, nor held by a parked limit of its own (as the walk)
+          AND (t.expires_at IS NULL OR t.expires_at > now() OR t.claimed_at IS NOT NULL)
+          AND (t.limits IS NULL OR NOT EXISTS (
+              SELECT 1 FROM todos_limit l
+              WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now()))
         ORDER BY t.priority, t.run_at NULLS FIRST
         LIMIT 1;
 END

@@ -30,11 +30,17 @@ BEGIN
             seen := seen + 1;
             after_vtime := c.vtime;
             after_key := c.key;
-            -- pending work at the top priority: one descent of todo_fair_pending
+            -- pending work at the top priority: one descent of todo_fair_pending; since issue 31 not past its
+            -- start-by deadline (NOT_EXPIRED) nor held by a parked limit of its own (PARKED, todos/sql/flow.py):
+            -- a key whose todos all wait on a quota wall would otherwise keep the lowest pass and win every walk
             CONTINUE WHEN NOT EXISTS (
                 SELECT 1 FROM todos_todo t
                 WHERE t.queue = queue_name AND t.fair_key = c.key AND t.state = 'pending' AND t.priority = top
-                  AND (t.assignee IS NULL OR t.assignee = agent));
+                  AND (t.assignee IS NULL OR t.assignee = agent)
+                  AND (t.expires_at IS NULL OR t.expires_at > now() OR t.claimed_at IS NOT NULL)
+                  AND (t.limits IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM todos_limit l
+                      WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now())));
             PERFORM 1 FROM todos_fairkey k WHERE k.queue = queue_name AND k.key = c.key AND k.vtime = c.vtime
                 FOR NO KEY UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
