@@ -154,6 +154,6 @@ def unpark(name: str) -> NamedLimit:
     return _one(fetchall(sql.UNPARK, {"name": _name(name)}), name)
 
 
-def delete(name: str) -> None:
-    """Remove the limit: its names then limit nothing (todos and queues keep naming it)."""
-    _one(fetchall(sql.DELETE_LIMIT, {"name": _name(name)}), name)
+def delete(name: str) -> NamedLimit:
+    """Remove the limit: its names then limit nothing (todos and queues keep naming it). Returns it as it was."""
+    return _one(fetchall(sql.DELETE_LIMIT, {"name": _name(name)}), name)

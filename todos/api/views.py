@@ -800,14 +800,14 @@ class LimitDetailApi(APIView):
     @extend_schema(
         operation_id="limits_destroy",
         summary="Remove a named limit",
-        description="Its name then limits nothing (todos and queues keep naming it). Staff or `--can-manage`.",
+        description="Its name then limits nothing (todos and queues keep naming it); answers it as it was. "
+        "Staff or `--can-manage`.",
         request=None,
-        responses={204: None},
+        **docs.documented(LimitSerializer, (401, 403, 404), []),
     )
     def delete(self, request: Request, name: str) -> Response:
         _managing_agent(request)
-        flow.delete(name)
-        return Response(status=204)
+        return Response(LimitSerializer(flow.delete(name)).data)
 
 
 class LimitParkApi(APIView):
