@@ -7,8 +7,8 @@ Every door, the batch ones included, is counted in switchboard_todo_transitions_
 the cursor and row plumbing is in todos/rows.py.
 
 The modules mirror todos/sql/: ``create``, ``claim``, ``lease`` (the holder's doors), ``waits``,
-``operators`` and ``reaper``; ``_common`` holds what they share. Callers import this package and use its
-names, never a module's.
+``operators``, ``reaper`` and ``flow`` (parking on a quota wall, issue 31); ``_common`` holds what they
+share. Callers import this package and use its names, never a module's.
 """
 
 from todos.queue._common import JSON

@@ -16,7 +16,7 @@ once; the index each statement relies on is the one whose predicate is that same
 (todos/models.py).
 
 The statements live in one module per seam of the queue (claim, create, reaper, waits, dependencies, lease,
-operators, reads, retention, queue_controls); what several of them share is in common. This package re-exports
+operators, reads, retention, queue_controls, flow); what several of them share is in common. This package re-exports
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
