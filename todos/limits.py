@@ -64,6 +64,12 @@ MCP_TASK_STATUS_BATCH = 100  # changed tasks one re-read sends; the rest on the 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
 SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catch_up "all" (the latest)
 
+# --- Named limits (issue 31) ---
+MAX_LIMIT_NAME_CHARS = 100  # a limit's name: a provider or a quota's name ("openai", "github:acme"), not data
+MAX_LIMITS_NAMED = 4  # limits one todo (or one queue) names: each claim locks and counts every one of them
+MAX_PARK_SECONDS = 7 * 24 * 3600  # how far ahead a park may reach: a quota wall resets within days
+MAX_PARK_REASON_CHARS = 500  # a park's reason: the provider's message, e.g. "429: resets 01:00"
+
 # --- The admin ---
 MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
 MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated

@@ -33,6 +33,8 @@ from todos.limits import MAX_FAIR_KEY_CHARS, MAX_SCOPE_WILDCARDS
 from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+# A named limit's name (issue 31): a queue name's alphabet, shorter (todos/limits.py MAX_LIMIT_NAME_CHARS).
+LIMIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
 # Switchboard's own queues (issue 29: outbound notices, todos/notices.py). Their leading "_" is outside
 # QUEUE_NAME_RE, so only the system creates into them (todos/queue/create.py), and an agent's scope reaches
@@ -42,6 +44,13 @@ SYSTEM_QUEUES = frozenset({"_switchboard.notify"})
 
 def new_todo_id() -> str:
     return f"td_{uuid.uuid4().hex}"
+
+
+def validate_limit_name(value: str) -> None:
+    if not LIMIT_NAME_RE.match(value or ""):
+        raise ValidationError(
+            "Limit names are 1-100 characters of letters, digits and . _ : / -, starting with a letter or digit."
+        )
 
 
 def validate_queue_name(value: str) -> None:
@@ -260,6 +269,12 @@ class Todo(models.Model):
     # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
     # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
     callback = models.JSONField(null=True, blank=True, editable=False)
+    # Named limits (issue 31) this todo names, beside its queue's (null: none, so a plain create writes
+    # nothing more): a claim takes it only when every one of them allows (todos/sql/flow.py).
+    limits = ArrayField(models.TextField(), null=True, blank=True, editable=False)
+    # Start-by deadline (issue 31): not claimed by then, it is cancelled with reason "expired" (the claim never
+    # takes it late; the reaper finishes it). Null: none. A todo once claimed has started: it no longer expires.
+    expires_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -583,6 +598,9 @@ class Queue(models.Model):
     fair = models.BooleanField(default=False, db_default=False)
     fair_weights = models.JSONField(default=dict, db_default={}, blank=True)
     max_claimed_per_key = models.PositiveIntegerField(null=True, blank=True)
+    # Issue 31: at most this many claims a second per fair_key (times the key's weight), a token bucket per key
+    # (in todos_fairkey) of one second's burst; null: no per-key rate.
+    rate_per_key = models.FloatField(null=True, blank=True)
     # The fair round (virtual time): the start of the last key a claim took. Kept by the claim statement.
     fair_round = models.FloatField(default=0.0, db_default=0.0, editable=False)
     # Spawn caps (issue 30) of the trees whose root is in this queue; null: no cap. max_depth: how far
@@ -591,6 +609,8 @@ class Queue(models.Model):
     max_depth = models.PositiveIntegerField(null=True, blank=True)
     max_children = models.PositiveIntegerField(null=True, blank=True)
     max_descendants = models.PositiveIntegerField(null=True, blank=True)
+    # Named limits (issue 31) every todo of this queue is held by, beside its own (null: none).
+    limits = ArrayField(models.TextField(), null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -609,6 +629,38 @@ class Queue(models.Model):
         return self.max_claimed is not None or self.rate_per_second is not None
 
 
+class Limit(models.Model):
+    """A named limit (issue 31), shared by every queue and todo that names it: at most max_claimed live leases
+    of them at once, rate_per_second claims a second in bursts of rate_burst, and at most per_key live leases
+    per fair_key (times the key's weight on its queue). Parked until parked_until (a provider's quota wall):
+    it then lets nothing through, and its todos show ``blocked``. Enforced by the claim statements
+    (todos/sql/flow.py), under this row's lock; written by todos/flow.py."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    max_claimed = models.PositiveIntegerField(null=True, blank=True)
+    rate_per_second = models.FloatField(null=True, blank=True)
+    rate_burst = models.PositiveIntegerField(null=True, blank=True)
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    refilled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    per_key = models.PositiveIntegerField(null=True, blank=True)
+    parked_until = models.DateTimeField(null=True, blank=True)
+    park_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True)
+                | Q(rate_per_second__gt=0, rate_burst__gte=1, tokens__isnull=False, refilled_at__isnull=False),
+                name="limit_rate_shape",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class FairKey(models.Model):
     """One fair queue's key and its pass (virtual time): the key's next claim starts at
     max(vtime, the queue's fair_round), and each claim adds 1/weight. Rows are written by the claim
@@ -619,6 +671,9 @@ class FairKey(models.Model):
     queue = models.CharField(max_length=200)
     key = models.CharField(max_length=MAX_FAIR_KEY_CHARS)
     vtime = models.FloatField(default=0.0, db_default=0.0)
+    # The key's token bucket on a queue with rate_per_key (issue 31), as of refilled_at; null: full.
+    tokens = models.FloatField(null=True, blank=True)
+    refilled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["queue", "vtime", "key"], name="fair_key_walk")]
@@ -757,6 +812,14 @@ class Schedule(models.Model):
     )
     fair_key = models.CharField(
         max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", help_text="On a fair queue: whose share its todos take."
+    )
+    # Named limits (issue 31) its todos name; comma-separated in the admin.
+    limits = ArrayField(
+        models.CharField(max_length=100, validators=[validate_limit_name]),
+        size=4,
+        default=list,
+        blank=True,
+        help_text="Named limits its todos are held by (PUT /api/v1/limits/<name>/), e.g. openai.",
     )
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."

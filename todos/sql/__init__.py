@@ -16,7 +16,7 @@ once; the index each statement relies on is the one whose predicate is that same
 (todos/models.py).
 
 The statements live in one module per seam of the queue (claim, create, reaper, waits, dependencies, lease,
-operators, reads, retention, queue_controls); what several of them share is in common. This package re-exports
+operators, reads, retention, queue_controls, flow); what several of them share is in common. This package re-exports
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
@@ -37,6 +37,18 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.flow import (
+    BLOCKED_OF,
+    DEBOUNCE,
+    DELETE_LIMIT,
+    EXPIRE,
+    GET_LIMIT,
+    HELD_LIMITS,
+    PARK,
+    PUT_LIMIT,
+    SUPERSEDE,
+    UNPARK,
+)
 from todos.sql.lease import COMPLETE, COMPLETE_MANY, CURRENT_STATE, FAIL, HEARTBEAT, RELEASE
 from todos.sql.operators import (
     CANCEL,
@@ -87,6 +99,7 @@ from todos.sql.waits import (
 __all__ = [
     "ADMIT_NEW_QUEUES",
     "AGENT_LOCK",
+    "BLOCKED_OF",
     "BRIEF_COLUMNS",
     "CANCEL",
     "CLAIM_NEXT",
@@ -100,15 +113,20 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DEBOUNCE",
     "DECIDE",
     "DELETE_EXPIRED_LINKS",
+    "DELETE_LIMIT",
     "DEPENDENCIES_OF",
     "DISCARD",
     "ESCALATE_PEOPLE",
     "EVENT_PAGE",
+    "EXPIRE",
     "FAIL",
     "FORCE_RELEASE",
+    "GET_LIMIT",
     "HEARTBEAT",
+    "HELD_LIMITS",
     "INBOX",
     "LINK",
     "LINK_WAIT",
@@ -117,6 +135,7 @@ __all__ = [
     "LOCK_PRUNABLE_QUEUES",
     "NOTIFY_CHANNEL",
     "OPEN_EVENT_WAITS",
+    "PARK",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",
@@ -126,6 +145,7 @@ __all__ = [
     "PURGE_DEAD",
     "PURGE_DONE",
     "PURGE_EVENTS",
+    "PUT_LIMIT",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
     "REASSIGN",
@@ -151,12 +171,14 @@ __all__ = [
     "SET_QUEUE_LIMITS",
     "SPAWN_CAPS",
     "SPEND_LINK",
+    "SUPERSEDE",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
     "TREE_OF_ROOT",
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
+    "UNPARK",
     "UNREGISTERED_QUEUES",
     "USABLE_LINK",
     "WAIT",

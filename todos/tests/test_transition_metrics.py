@@ -80,6 +80,7 @@ COUNTED_INSIDE = {
     "time_out_waits": "wait_timeout, per row",
     "remind_people": "people_reminded, per row",
     "escalate_people": "people_escalated, per row",
+    "expire_unstarted": "expire, per row",
 }
 
 
