@@ -802,3 +802,32 @@ class NotifyEndpoint(models.Model):
             check_outbound_url(self.url, field="url")
         except InvalidTransitionInput as exc:  # the API's 400 as a form error
             raise ValidationError({"url": str(exc)}) from exc
+
+
+class EventSubscription(models.Model):
+    """An agent's MCP Events webhook subscription (issue 33 item 2, ``events/subscribe``): durable, so the
+    notify sidecar delivers across restarts, and TTL-scoped (``refresh_before``), so an abandoned one lapses.
+    ``id`` is derived from the key (agent, url, name, arguments): a routing handle, never accepted as input.
+    ``cursor`` is how far events have been handed to the sender (todos/notices.py): each is a delivery todo
+    enqueued in the same transaction that moves the cursor, so nothing between two cursors is lost."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="event_subscriptions")
+    name = models.CharField(max_length=100)
+    arguments = models.JSONField(default=dict)
+    url = models.CharField(max_length=2000)
+    secret = models.CharField(max_length=200)
+    cursor = models.CharField(max_length=200)
+    refresh_before = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    refreshed_at = models.DateTimeField(db_default=Now())
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The sidecar's round and the lapse sweep: live subscriptions by expiry.
+            models.Index(fields=["refresh_before"], name="event_subscription_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}: {self.name} -> {self.url}"
