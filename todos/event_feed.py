@@ -195,10 +195,11 @@ def check(agent: Agent, name: Any, arguments: Any) -> Subscription:
 def watermark() -> datetime:
     """The position every row before which is committed (the module's docstring says why it is safe)."""
     with connection.cursor() as cursor:
-        # pg_stat_activity: this database's open transactions but this statement's own; no lock, no index.
+        # pg_stat_activity: this database's open client transactions but this one's (autovacuum writes no todo).
         cursor.execute(
             "SELECT least(clock_timestamp(), min(xact_start)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL "
+            "AND backend_type = 'client backend'"
         )
         at: datetime = cursor.fetchone()[0]
     return at
