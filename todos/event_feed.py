@@ -515,7 +515,11 @@ def enqueue_webhooks(limit: int = 100) -> int:
             for event in batch.events:
                 body = {**event, "cursor": batch.cursor}
                 notice = Notice(
-                    key=f"event:{row.pk}:{event['eventId']}"[:250], event=sub.name, subject=sub.name, text="", data=body
+                    key=f"event:{row.pk}:{event['eventId']}"[:250],
+                    event=sub.name,
+                    subject=f"{event['eventId']} to {row.pk}",
+                    text="",
+                    data=body,
                 )
                 notify_url(
                     url=row.url,
