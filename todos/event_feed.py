@@ -499,13 +499,13 @@ def enqueue_webhooks(limit: int = 100) -> int:
             )
             if row is None:
                 continue
-            if not row.agent.is_active:
-                row.delete()
-                continue
             try:
+                if not row.agent.is_active:
+                    raise FeedError("forbidden", "The agent was deactivated.", field="name")
                 sub = check(row.agent, row.name, row.arguments)
-            except FeedError:
-                row.delete()  # its scopes no longer cover it
+            except FeedError as exc:  # deactivated, or its scopes no longer cover it: the sketch's envelope
+                _terminate(row, exc.detail)
+                row.delete()
                 continue
             position = decode_cursor(row.cursor)
             assert position is not None
@@ -535,3 +535,22 @@ def enqueue_webhooks(limit: int = 100) -> int:
                 row.last_delivery_at = now
             row.save(update_fields=["cursor", "last_delivery_at"])
     return sent
+
+
+def _terminate(row: Any, reason: str) -> None:
+    """Enqueue the sketch's signed ``terminated`` envelope to a subscription that is ending."""
+    import secrets
+
+    from todos.notices import Notice, notify_url
+
+    body = {"type": "terminated", "error": {"code": -32012, "message": "Forbidden", "data": {"reason": reason}}}
+    msg_id = f"msg_terminated_{secrets.token_hex(8)}"
+    notice = Notice(key=f"event:{row.pk}:{msg_id}", event="terminated", subject=f"{msg_id} to {row.pk}", text="")
+    notify_url(
+        url=row.url,
+        secret=row.secret,
+        notice=notice,
+        body=body,
+        msg_id=msg_id,
+        headers={"X-MCP-Subscription-Id": row.pk},
+    )

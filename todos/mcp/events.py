@@ -204,6 +204,16 @@ def install(server: Any) -> None:
 # --- events/stream: a POST answered with an SSE stream (todos/mcp/server.py hands it here) ---------------
 
 
+def _reread(agent_pk: int, params: dict[str, Any], begin: Position) -> event_feed.Batch:
+    """A push stream's re-read, with the agent read afresh (one primary-key read): a deactivated agent, or
+    one whose scopes no longer cover the subscription, is refused (FeedError), which ends the stream."""
+    agent = Agent.objects.filter(pk=agent_pk, is_active=True).first()
+    if agent is None:
+        raise FeedError("forbidden", "The agent was deactivated.", field="name")
+    sub = event_feed.check(agent, params.get("name"), params.get("arguments"))
+    return event_feed.read(sub, begin, EVENTS_MAX_EVENTS)
+
+
 def _frame(message: dict[str, Any]) -> bytes:
     return f"event: message\ndata: {json.dumps(message, separators=(',', ':'))}\n\n".encode()
 
@@ -224,7 +234,7 @@ async def stream(agent: Agent, message: dict[str, Any], receive: Any, send: Any)
         await send({"type": "http.response.body", "body": body})
 
     try:
-        sub, begin, truncated = await tools.in_thread(lambda: _begin(agent, params))
+        _, begin, truncated = await tools.in_thread(lambda: _begin(agent, params))
         slot = budgets.wait_slots.slot(agent)
         slot.__enter__()
     except Exception as exc:
@@ -253,7 +263,19 @@ async def stream(agent: Agent, message: dict[str, Any], receive: Any, send: Any)
         quiet_since = loop.time()
         while not gone.is_set():
             try:
-                batch = await tools.in_thread(functools.partial(event_feed.read, sub, begin, EVENTS_MAX_EVENTS))
+                batch = await tools.in_thread(functools.partial(_reread, agent.pk, params, begin))
+            except FeedError as exc:  # the token was revoked or the scope taken away: the stream ends
+                error = {"code": FORBIDDEN, "message": "Forbidden", "data": {"reason": exc.detail}}
+                end = _frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/events/terminated",
+                        "params": {"error": error, "_meta": meta},
+                    }
+                )
+                end += _frame({"jsonrpc": "2.0", "id": request_id, "result": {"_meta": {}}})
+                await send({"type": "http.response.body", "body": end, "more_body": False})
+                return
             except DatabaseError:
                 logger.warning("events: a push re-read failed; trying again", exc_info=True)
                 batch = None

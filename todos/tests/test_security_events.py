@@ -5,12 +5,14 @@ server, as an agent with a compromised token would send it."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import requests
+import standardwebhooks
 from django.test import override_settings
 from django.utils import timezone
 
@@ -19,7 +21,7 @@ from todos.event_feed import Position
 from todos.models import Agent, EventSubscription
 from todos.tests.mcp_live import UVICORN, live_server, mcp_base
 from todos.tests.outbound_receivers import Receiver, running_receiver
-from todos.tests.test_mcp_events import SECRET, finish, rpc
+from todos.tests.test_mcp_events import SECRET, Stream, finish, rpc
 
 __all__ = ["mcp_base"]
 
@@ -191,7 +193,28 @@ def test_a_subscription_ends_when_its_agent_loses_the_scope_or_is_deactivated(ca
     finish("jobs", make_agent("worker"))
     _round(hook)
     assert list(EventSubscription.objects.values_list("url", flat=True)) == [f"{hook.url}/b"]
-    assert hook.requests == []  # the narrowed subscription sent nothing; the other sees no "jobs" todo
+    # No event: the narrowed subscription gets the sketch's signed "terminated" envelope, the other sees no
+    # "jobs" todo.
+    assert [r.path for r in hook.requests] == ["/a"]
+    ended = standardwebhooks.Webhook(SECRET).verify(hook.requests[0].body, hook.requests[0].headers)
+    assert ended["type"] == "terminated" and ended["error"]["code"] == -32012
+    assert hook.requests[0].headers["webhook-id"].startswith("msg_terminated_")
     Agent.objects.filter(pk=alice.pk).update(is_active=False)
     _round(hook)
     assert not EventSubscription.objects.exists()
+    assert [r.path for r in hook.requests] == ["/a", "/b"]
+
+
+def test_a_push_stream_ends_when_its_agent_is_deactivated(mcp_base, make_agent):
+    alice: Agent = make_agent("alice5")
+    stream = Stream(mcp_base, alice.token, {"name": "todo.finished", "arguments": {}, "cursor": None})
+    try:
+        stream.wait_for("notifications/events/active")
+        Agent.objects.filter(pk=alice.pk).update(is_active=False)
+        ended = stream.wait_for("notifications/events/terminated")[0]["params"]
+        assert ended["error"]["code"] == -32012
+        finish("jobs", make_agent("worker"))
+        time.sleep(2)
+        assert not [m for m in stream.messages if m.get("method") == "notifications/events/event"]
+    finally:
+        stream.close()
