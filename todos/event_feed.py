@@ -240,13 +240,23 @@ def read(sub: Subscription, since: Position, limit: int) -> Batch:
     if sub.name == READY:
         return _ready(sub, since, until, limit)
     if sub.name == FINISHED:
-        todos = Todo.objects.filter(queue__like_any=sub.patterns).filter(states.FINISHED.q)
+        todos = Todo.objects.filter(queue__like_any=sub.patterns)
         if sub.queue_like is not None:
             todos = todos.filter(queue__like_any=[sub.queue_like])
         if sub.todos is not None:
             todos = todos.filter(pk__in=sub.todos)
+        # A done or cancelled todo's updated_at is its completed_at (one now()): the window's range on it is
+        # an index condition of the partial indexes todo_done_recent and todo_cancelled_recent (a bitmap OR
+        # with a dead-letter index: todo_failed_recent's range or the dead-letters'), never a table scan.
+        completed = Q(completed_at__gte=since.at, completed_at__lt=until)
+        in_window = (
+            (states.DONE.q & completed)
+            | (states.CANCELLED.q & completed)
+            | (states.FAILED.q & Q(updated_at__gte=since.at, updated_at__lt=until) & Q(next_retry_at__isnull=True))
+        )
         rows = list(
-            todos.filter(since.after("updated_at", "id"), updated_at__lt=until)
+            todos.filter(in_window)
+            .filter(since.after("updated_at", "id"), updated_at__lt=until)
             .order_by("updated_at", "id")
             .values_list("id", "queue", "kind", "state", "next_retry_at", "updated_at")[: limit + 1]
         )

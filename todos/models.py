@@ -453,7 +453,7 @@ class Waitpoint(models.Model):
     resolver_scopes = ArrayField(models.CharField(max_length=300), db_default=Value([]), blank=True)
 
     class Meta:
-        # Each index holds open waits only: closed ones cost the resolvers nothing.
+        # Each index but the last holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
             # the reaper's time_out_waits: due timeouts in order.
             models.Index(fields=["timeout_at"], condition=Q(resolved_at__isnull=True), name="waitpoint_timeout"),
@@ -468,6 +468,11 @@ class Waitpoint(models.Model):
                 fields=["waiter"],
                 condition=Q(event_key__isnull=False, resolved_at__isnull=True),
                 name="waitpoint_open_event_waiter",
+            ),
+            # MCP Events' wait.resolved (todos/event_feed.py): one waiter's closed waits by when. Written by a
+            # resolve or a timeout only, never by a claim or a complete.
+            models.Index(
+                fields=["waiter", "resolved_at"], condition=Q(resolved_at__isnull=False), name="waitpoint_resolved"
             ),
         ]
 
