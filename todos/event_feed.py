@@ -401,6 +401,18 @@ def granted_ttl(ttl_ms: Any, explicit: bool) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def check_cap(agent: Agent, key: str) -> None:
+    """The subscription cap, before an endpoint is verified (the sketch: a refused subscription provisions
+    nothing); subscribe checks it again under the agent's lock."""
+    from todos.limits import events_max_subscriptions_per_agent
+    from todos.models import EventSubscription
+
+    most = events_max_subscriptions_per_agent()
+    live = EventSubscription.objects.filter(agent=agent, refresh_before__gt=_db_now())
+    if most and not live.filter(pk=key).exists() and live.count() >= most:
+        raise ResourceExhausted(most)
+
+
 def subscribe(
     sub: Subscription, *, url: str, secret: str, cursor: Position | None, max_age_ms: Any, ttl: timedelta
 ) -> dict[str, Any]:
@@ -564,3 +576,56 @@ def _terminate(row: Any, reason: str) -> None:
         msg_id=msg_id,
         headers={"X-MCP-Subscription-Id": row.pk},
     )
+
+
+class CallbackEndpointError(Exception):
+    """The sketch's -32015: the callback endpoint failed verification or could not be reached. ``reason`` is
+    one of its categories, never the endpoint's own answer (no response oracle for an agent's URL)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason(failure: str) -> str:
+    if failure.startswith("HTTP 4"):
+        return "http_4xx"
+    if failure.startswith("HTTP "):
+        return "http_5xx"
+    if "SSL" in failure or "certificate" in failure.lower():
+        return "tls_error"
+    if "Timeout" in failure or "no answer within" in failure:
+        return "timeout"
+    return "connection_refused"
+
+
+def verify_endpoint(agent: Agent, url: str, secret: str, subscription: str) -> None:
+    """The sketch's endpoint verification (anti-flooding): before the first delivery to a ``(principal, url)``,
+    POST a signed ``verification`` envelope with a single-use challenge through the sender of
+    todos/outbound.py (the SSRF guard on the connection, no redirect), and accept the URL only if the answer
+    is 2xx and echoes the challenge (compared in constant time). A live subscription of the agent to the URL
+    is the cached verification (persisted with it, as the sketch asks of durable subscriptions). Raises
+    CallbackEndpointError."""
+    import hmac
+    import json
+    import secrets
+
+    from todos.models import EventSubscription
+    from todos.outbound import DeliveryFailed, post_webhook
+
+    if EventSubscription.objects.filter(agent=agent, url=url, refresh_before__gt=_db_now()).exists():
+        return
+    challenge = secrets.token_urlsafe(24)
+    msg_id = f"msg_verification_{secrets.token_hex(8)}"
+    body = {"type": "verification", "challenge": challenge}
+    headers = {"X-MCP-Subscription-Id": subscription}
+    try:
+        sent = post_webhook(url, secret, msg_id, body, field="delivery.url", extra_headers=headers, redirects=0)
+    except DeliveryFailed as exc:
+        raise CallbackEndpointError(_reason(str(exc))) from None
+    try:
+        echoed = json.loads(sent.body).get("challenge")
+    except (ValueError, AttributeError):
+        echoed = None
+    if not isinstance(echoed, str) or not hmac.compare_digest(echoed.encode(), challenge.encode()):
+        raise CallbackEndpointError("challenge_failed")

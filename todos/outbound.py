@@ -83,6 +83,7 @@ class Sent:
     status: int
     url: str  # the last hop's URL
     hops: int
+    body: bytes = b""  # the answer, at most OUTBOUND_MAX_RESPONSE_BYTES (MCP Events' verification echo)
 
 
 def _pinned_url(pinned: Pinned, address: str) -> str:
@@ -183,7 +184,7 @@ def post_webhook(
                 current = urljoin(current, location)
                 continue
             if 200 <= response.status_code < 300:
-                return Sent(response.status_code, current, hop)
+                return Sent(response.status_code, current, hop, response.content)
             snippet = response.content[:200].decode("utf-8", "replace")
             raise DeliveryFailed(f"HTTP {response.status_code} from {pinned.host}: {snippet}")
     raise DeliveryFailed(f"more than {redirects} redirects")

@@ -15,7 +15,7 @@ design sketch of modelcontextprotocol/experimental-ext-triggers-events), over to
   the notify sidecar through todos/notices.py (Standard Webhooks, SSRF-guarded).
 
 Errors are the sketch's: -32602 invalid params (``data.field`` names the field), -32011 NotFound,
--32012 Forbidden, -32013 ResourceExhausted.
+-32012 Forbidden, -32013 ResourceExhausted, -32015 CallbackEndpointError (``data.reason`` a category).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 EXTENSION = "io.modelcontextprotocol/events"
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
-NOT_FOUND, FORBIDDEN, EXHAUSTED = -32011, -32012, -32013
+NOT_FOUND, FORBIDDEN, EXHAUSTED, CALLBACK_ENDPOINT_ERROR = -32011, -32012, -32013, -32015
 METHODS = ("events/list", "events/poll", "events/subscribe", "events/unsubscribe")
 
 
@@ -79,6 +79,12 @@ def _error(exc: Exception) -> MCPError:
             code=EXHAUSTED,
             message=f"At most {exc.most} webhook subscriptions per agent.",
             data={"limit": "subscriptions", "max": exc.most},
+        )
+    if isinstance(exc, event_feed.CallbackEndpointError):
+        return MCPError(
+            code=CALLBACK_ENDPOINT_ERROR,
+            message="The callback endpoint failed verification or could not be reached.",
+            data={"reason": exc.reason},
         )
     if isinstance(exc, BudgetExceeded):
         return MCPError(code=EXHAUSTED, message=exc.detail, data={"limit": "waits", **exc.extra})
@@ -156,6 +162,9 @@ async def subscribe(agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
         url = event_feed.check_url(delivery.get("url"))
         ttl = event_feed.granted_ttl(params.get("ttlMs"), "ttlMs" in params)
         cursor = event_feed.decode_cursor(params.get("cursor"))
+        key = event_feed.subscription_id(agent, url, sub.name, sub.arguments)
+        event_feed.check_cap(agent, key)
+        event_feed.verify_endpoint(agent, url, secret, key)
         return event_feed.subscribe(sub, url=url, secret=secret, cursor=cursor, max_age_ms=_max_age(params), ttl=ttl)
 
     return await tools.in_thread(run)

@@ -262,9 +262,16 @@ def test_a_refused_stream_is_a_json_rpc_error_and_no_stream(mcp_base, make_agent
 
 @pytest.fixture
 def hook() -> Iterator[Receiver]:
+    """A receiver that proves its intent: it echoes a verification envelope's challenge."""
     with running_receiver() as recv:
         recv.status = 200
+        recv.echo_challenge = True
         yield recv
+
+
+def deliveries(hook: Receiver) -> list[Any]:
+    """What the receiver got besides verification envelopes."""
+    return [r for r in hook.requests if not r.headers["webhook-id"].startswith("msg_verification_")]
 
 
 @pytest.fixture
@@ -305,8 +312,8 @@ def test_webhook_subscribe_delivers_signed_events_and_unsubscribe_stops_them(bri
     done = finish("jobs", agent)
     time.sleep(0.1)
     send_round(hook)
-    assert len(hook.requests) == 1
-    delivered = hook.requests[0]
+    assert len(deliveries(hook)) == 1
+    delivered = deliveries(hook)[0]
     assert delivered.path == "/hooks/a"
     assert delivered.headers["x-mcp-subscription-id"] == answer["id"]
     verified = standardwebhooks.Webhook(SECRET).verify(delivered.body, delivered.headers)
@@ -326,7 +333,7 @@ def test_webhook_subscribe_delivers_signed_events_and_unsubscribe_stops_them(bri
     assert again["error"]["code"] == -32011
     finish("jobs", agent)
     send_round(hook)
-    assert len(hook.requests) == 1
+    assert len(deliveries(hook)) == 1
 
 
 def test_a_webhook_subscription_lapses_at_its_ttl(bridged, hook, agent):
@@ -336,7 +343,7 @@ def test_a_webhook_subscription_lapses_at_its_ttl(bridged, hook, agent):
     EventSubscription.objects.filter(pk=answer["id"]).update(refresh_before=timezone.now() - timedelta(seconds=1))
     finish("jobs", agent)
     send_round(hook)
-    assert hook.requests == [] and not EventSubscription.objects.exists()
+    assert deliveries(hook) == [] and not EventSubscription.objects.exists()
 
 
 def test_webhook_events_missed_while_the_sidecar_was_down_are_sent_on_its_next_round(bridged, hook, agent):
@@ -344,6 +351,28 @@ def test_webhook_events_missed_while_the_sidecar_was_down_are_sent_on_its_next_r
     ids = {finish("jobs", agent).id for _ in range(3)}
     time.sleep(0.1)
     send_round(hook)
-    bodies = [standardwebhooks.Webhook(SECRET).verify(r.body, r.headers) for r in hook.requests]
+    bodies = [standardwebhooks.Webhook(SECRET).verify(r.body, r.headers) for r in deliveries(hook)]
     assert {b["data"]["todoId"] for b in bodies} == ids
     assert len({b["eventId"] for b in bodies}) == 3
+
+
+def test_a_webhook_url_is_verified_by_a_signed_challenge_before_any_delivery(bridged, hook, agent):
+    url = hook.url + "/hooks/v"
+    answer = subscribe(bridged, agent.token, url)["result"]
+    [verification] = hook.requests
+    body = standardwebhooks.Webhook(SECRET).verify(verification.body, verification.headers)
+    assert body["type"] == "verification" and len(body["challenge"]) >= 32
+    assert verification.headers["x-mcp-subscription-id"] == answer["id"]
+    subscribe(bridged, agent.token, url)  # a refresh: verified already, no second challenge
+    subscribe(bridged, agent.token, url, name="wait.resolved")  # the same (agent, url): cached
+    assert len(hook.requests) == 1
+
+
+def test_an_endpoint_that_does_not_echo_the_challenge_is_not_subscribed(bridged, hook, agent):
+    hook.echo_challenge = False
+    silent = subscribe(bridged, agent.token, hook.url + "/hooks/x")
+    assert silent["error"]["code"] == -32015 and silent["error"]["data"] == {"reason": "challenge_failed"}
+    hook.status = 503
+    failing = subscribe(bridged, agent.token, hook.url + "/hooks/y")
+    assert failing["error"]["code"] == -32015 and failing["error"]["data"] == {"reason": "http_5xx"}
+    assert not EventSubscription.objects.exists()

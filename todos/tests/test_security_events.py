@@ -21,7 +21,7 @@ from todos.event_feed import Position
 from todos.models import Agent, EventSubscription
 from todos.tests.mcp_live import UVICORN, live_server, mcp_base
 from todos.tests.outbound_receivers import Receiver, running_receiver
-from todos.tests.test_mcp_events import SECRET, Stream, finish, rpc
+from todos.tests.test_mcp_events import SECRET, Stream, deliveries, finish, rpc
 
 __all__ = ["mcp_base"]
 
@@ -139,6 +139,7 @@ def test_a_webhook_in_clear_or_with_a_weak_secret_is_refused(mcp_base, agent):
 def hook() -> Iterator[Receiver]:
     with running_receiver() as recv:
         recv.status = 200
+        recv.echo_challenge = True
         yield recv
 
 
@@ -160,8 +161,19 @@ def test_too_many_subscriptions_is_resource_exhausted_and_a_refresh_is_not_count
         assert "result" in rpc(capped, agent.token, "events/subscribe", webhook(f"{hook.url}/{path}"))
     third = rpc(capped, agent.token, "events/subscribe", webhook(f"{hook.url}/c"))
     assert third["error"]["code"] == -32013 and third["error"]["data"] == {"limit": "subscriptions", "max": 2}
+    assert "/c" not in [r.path for r in hook.requests]  # refused before its endpoint was sent a challenge
     assert "result" in rpc(capped, agent.token, "events/subscribe", webhook(f"{hook.url}/a"))  # a refresh
     assert EventSubscription.objects.filter(agent=agent).count() == 2
+
+
+def test_a_webhook_to_an_endpoint_that_did_not_ask_for_it_is_never_delivered(capped, hook, agent):
+    hook.echo_challenge = False  # a victim's URL: it answers 200, but does not echo the challenge
+    answer = rpc(capped, agent.token, "events/subscribe", webhook(f"{hook.url}/victim"))
+    assert answer["error"]["code"] == -32015 and answer["error"]["data"] == {"reason": "challenge_failed"}
+    finish("jobs", agent)
+    _round(hook)
+    assert len(hook.requests) == 1  # the one signed challenge; no event, nothing stored
+    assert not EventSubscription.objects.exists()
 
 
 def test_another_agent_cannot_unsubscribe_or_take_over_a_subscription(capped, hook, make_agent):
@@ -195,14 +207,14 @@ def test_a_subscription_ends_when_its_agent_loses_the_scope_or_is_deactivated(ca
     assert list(EventSubscription.objects.values_list("url", flat=True)) == [f"{hook.url}/b"]
     # No event: the narrowed subscription gets the sketch's signed "terminated" envelope, the other sees no
     # "jobs" todo.
-    assert [r.path for r in hook.requests] == ["/a"]
-    ended = standardwebhooks.Webhook(SECRET).verify(hook.requests[0].body, hook.requests[0].headers)
+    assert [r.path for r in deliveries(hook)] == ["/a"]
+    ended = standardwebhooks.Webhook(SECRET).verify(deliveries(hook)[0].body, deliveries(hook)[0].headers)
     assert ended["type"] == "terminated" and ended["error"]["code"] == -32012
-    assert hook.requests[0].headers["webhook-id"].startswith("msg_terminated_")
+    assert deliveries(hook)[0].headers["webhook-id"].startswith("msg_terminated_")
     Agent.objects.filter(pk=alice.pk).update(is_active=False)
     _round(hook)
     assert not EventSubscription.objects.exists()
-    assert [r.path for r in hook.requests] == ["/a", "/b"]
+    assert [r.path for r in deliveries(hook)] == ["/a", "/b"]
 
 
 def test_a_push_stream_ends_when_its_agent_is_deactivated(mcp_base, make_agent):
