@@ -1,8 +1,9 @@
 """MCP Events (issue 33 item 2): the ``io.modelcontextprotocol/events`` extension (SEP-3415, grown from the
 design sketch of modelcontextprotocol/experimental-ext-triggers-events), over todos/event_feed.py.
 
-* ``initialize``: a client that declares the extension (``capabilities.extensions``) is answered with it,
-  and with the sketch's ``capabilities.events`` (``listChanged: false``: the event types are fixed).
+* ``initialize`` (and 2026-07-28's ``server/discover``): a client that declares the extension
+  (``capabilities.extensions``, or the request's own client capabilities) is answered with it, and with the
+  sketch's ``capabilities.events`` (``listChanged: false``: the event types are fixed).
   The server is stateless (todos/mcp/server.py), so the events/* methods answer any authenticated agent.
 * ``events/list``: todo.ready, todo.finished, wait.resolved, each with poll, push and webhook.
 * ``events/poll``: a long poll of one subscription (``timeoutMs`` at most LONG_POLL_MAX_SECONDS), re-read
@@ -30,6 +31,7 @@ from typing import Any
 from django.db import DatabaseError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from switchboard import dberrors
@@ -60,6 +62,12 @@ def _declares(params: dict[str, Any]) -> bool:
     capabilities = params.get("capabilities")
     extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
     return isinstance(extensions, dict) and EXTENSION in extensions
+
+
+def _declares_per_request(ctx: ServerRequestContext[Any]) -> bool:
+    """A 2026-07-28 request's own client capabilities (its ``_meta`` envelope) declare the extension."""
+    capabilities = (ctx.meta or {}).get(CLIENT_CAPABILITIES_META_KEY)
+    return isinstance(capabilities, dict) and _declares({"capabilities": capabilities})
 
 
 def _error(exc: Exception) -> MCPError:
@@ -182,9 +190,10 @@ async def unsubscribe(agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-    if ctx.method == "initialize":
+    if ctx.method in ("initialize", "server/discover"):
         result = await call_next(ctx)
-        if isinstance(result, dict) and _declares(dict(ctx.params or {})):
+        declared = _declares(dict(ctx.params or {})) or _declares_per_request(ctx)
+        if isinstance(result, dict) and declared:
             capabilities = dict(result.get("capabilities", {}))
             capabilities["extensions"] = {**capabilities.get("extensions", {}), EXTENSION: {}}
             capabilities["events"] = {"listChanged": False}

@@ -376,3 +376,34 @@ def test_an_endpoint_that_does_not_echo_the_challenge_is_not_subscribed(bridged,
     failing = subscribe(bridged, agent.token, hook.url + "/hooks/y")
     assert failing["error"]["code"] == -32015 and failing["error"]["data"] == {"reason": "http_5xx"}
     assert not EventSubscription.objects.exists()
+
+
+def modern(base: str, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One 2026-07-28 request (the per-request envelope in _meta), declaring the events extension."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+    }
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+    }
+    if "name" in params:
+        headers["Mcp-Name"] = params["name"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    answer: dict[str, Any] = requests.post(base + "/mcp", json=body, headers=headers, timeout=30).json()
+    return answer
+
+
+def test_the_2026_07_28_revision_discovers_and_polls_events(mcp_base, agent):
+    discovered = modern(mcp_base, agent.token, "server/discover", {})
+    assert EXTENSION in discovered["result"]["capabilities"]["extensions"], discovered
+    first = modern(mcp_base, agent.token, "events/poll", {"name": "todo.finished", "cursor": None})["result"]
+    done = finish("jobs", agent)
+    second = modern(
+        mcp_base, agent.token, "events/poll", {"name": "todo.finished", "cursor": first["cursor"], "timeoutMs": 5000}
+    )
+    assert [e["data"]["todoId"] for e in second["result"]["events"]] == [done.id]
