@@ -407,3 +407,12 @@ def test_the_2026_07_28_revision_discovers_and_polls_events(mcp_base, agent):
         mcp_base, agent.token, "events/poll", {"name": "todo.finished", "cursor": first["cursor"], "timeoutMs": 5000}
     )
     assert [e["data"]["todoId"] for e in second["result"]["events"]] == [done.id]
+
+
+def test_no_expiry_is_granted_as_the_longest_finite_ttl_and_an_absent_ttl_as_an_hour(bridged, hook, agent):
+    never = subscribe(bridged, agent.token, hook.url + "/hooks/n", ttlMs=None)["result"]
+    granted = datetime.fromisoformat(never["refreshBefore"].replace("Z", "+00:00"))
+    assert timedelta(hours=23) < granted - timezone.now() <= timedelta(days=1)
+    default = subscribe(bridged, agent.token, hook.url + "/hooks/d")["result"]
+    granted = datetime.fromisoformat(default["refreshBefore"].replace("Z", "+00:00"))
+    assert timedelta(minutes=59) < granted - timezone.now() <= timedelta(hours=1)
