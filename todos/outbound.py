@@ -155,10 +155,12 @@ def post_webhook(
     field: str = "url",
     extra_headers: dict[str, str] | None = None,
     redirects: int = OUTBOUND_MAX_REDIRECTS,
+    final: tuple[int, ...] = (),
 ) -> Sent:
     """Send one signed webhook; raises DeliveryFailed unless the (last) answer is 2xx. ``extra_headers`` are
     sent beside the signature's (MCP Events' X-MCP-Subscription-Id); ``redirects``: hops followed at most
-    (0 for MCP Events, whose sketch forbids following one)."""
+    (0 for MCP Events, whose sketch forbids following one); ``final``: statuses that end the delivery
+    without a retry (MCP Events' 410 Gone and 413: the receiver declined it), returned, not raised."""
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     if len(body) > OUTBOUND_MAX_BODY_BYTES:
         raise DeliveryFailed(f"body of {len(body)} bytes is over {OUTBOUND_MAX_BODY_BYTES}", permanent=True)
@@ -183,7 +185,7 @@ def post_webhook(
             if response.status_code in _REDIRECTS and location:
                 current = urljoin(current, location)
                 continue
-            if 200 <= response.status_code < 300:
+            if 200 <= response.status_code < 300 or response.status_code in final:
                 return Sent(response.status_code, current, hop, response.content)
             snippet = response.content[:200].decode("utf-8", "replace")
             raise DeliveryFailed(f"HTTP {response.status_code} from {pinned.host}: {snippet}")
@@ -260,6 +262,7 @@ def deliver(todo_id: str, payload: dict[str, Any]) -> dict[str, Any]:
             body,
             extra_headers=extra,
             redirects=0 if extra is not None else OUTBOUND_MAX_REDIRECTS,
+            final=(410, 413) if extra is not None else (),
         )
         return {"channel": "url", "status": sent.status, "hops": sent.hops}
     if channel == "callback":

@@ -25,6 +25,7 @@ from todos.event_feed import Position
 from todos.management.commands.notify import drain, notify_agent
 from todos.mcp.events import EXTENSION
 from todos.models import Agent, EventSubscription, Todo
+from todos.notices import NOTIFY_QUEUE
 from todos.tests.mcp_live import UVICORN, live_server, mcp_base
 from todos.tests.outbound_receivers import Receiver, running_receiver
 
@@ -416,3 +417,15 @@ def test_no_expiry_is_granted_as_the_longest_finite_ttl_and_an_absent_ttl_as_an_
     default = subscribe(bridged, agent.token, hook.url + "/hooks/d")["result"]
     granted = datetime.fromisoformat(default["refreshBefore"].replace("Z", "+00:00"))
     assert timedelta(minutes=59) < granted - timezone.now() <= timedelta(hours=1)
+
+
+def test_an_event_the_receiver_answers_410_is_not_retried(bridged, hook, agent):
+    subscribe(bridged, agent.token, hook.url + "/hooks/g")
+    hook.status = 410  # the sketch: a receiver that does not want it retried
+    finish("jobs", agent)
+    time.sleep(0.1)
+    send_round(hook)
+    send_round(hook)
+    assert len(deliveries(hook)) == 1
+    [delivery] = Todo.objects.filter(queue=NOTIFY_QUEUE)
+    assert delivery.state == "done" and delivery.result["status"] == 410
