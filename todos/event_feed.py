@@ -36,11 +36,12 @@ from django.db import connection
 from django.db.models import Q
 
 from todos import states
-from todos.globs import compile_glob, matches_any
+from todos.globs import compile_glob, matches_any, wildcards
 from todos.limits import (
     EVENTS_MAX_TODOS_ARGUMENT,
     EVENTS_READY_INTERVAL_SECONDS,
     MAX_QUEUE_LIMIT,
+    MAX_SCOPE_WILDCARDS,
     events_retention_seconds,
 )
 from todos.models import Agent, Todo, Waitpoint, glob_to_like
@@ -176,8 +177,9 @@ def check(agent: Agent, name: Any, arguments: Any) -> Subscription:
     queue = args.get("queue")
     queue_like = None
     if queue is not None:
-        if not isinstance(queue, str) or not queue or len(queue) > 200:
-            raise FeedError("invalid", "queue must be a queue name or glob.", field="arguments.queue")
+        if not isinstance(queue, str) or not queue or len(queue) > 200 or wildcards(queue) > MAX_SCOPE_WILDCARDS:
+            detail = f"queue must be a queue name or a glob of at most {MAX_SCOPE_WILDCARDS} wildcards."
+            raise FeedError("invalid", detail, field="arguments.queue")
         if not _covers(scopes, queue):
             which = "claim scopes" if name == READY else "scopes"
             raise FeedError("forbidden", f"The queue {queue[:200]!r} is outside your {which}.", field="arguments.queue")

@@ -60,6 +60,12 @@ def test_events_of_a_queue_outside_the_scopes_are_forbidden_in_every_mode(mcp_ba
     assert not EventSubscription.objects.exists()
 
 
+def test_a_queue_glob_of_many_wildcards_is_invalid_params(mcp_base, agent):
+    params = {"name": "todo.ready", "arguments": {"queue": "*a" * 20 + "?"}, "cursor": None}
+    answer = rpc(mcp_base, agent.token, "events/poll", params)
+    assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "arguments.queue"
+
+
 def test_todo_ready_needs_a_claim_scope_not_a_create_scope(mcp_base, make_agent):
     producer = make_agent("producer", claim=["mine"], create=["jobs"])
     params = {"name": "todo.ready", "arguments": {"queue": "jobs"}, "cursor": None}
