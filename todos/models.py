@@ -481,7 +481,7 @@ class Waitpoint(models.Model):
     decided_by = models.CharField(max_length=150, null=True, blank=True)
 
     class Meta:
-        # Each index holds open waits only: closed ones cost the resolvers nothing.
+        # Each index but the last holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
             # the reaper's remind_people / escalate_people: due reminders and escalations in order.
             models.Index(
@@ -513,6 +513,11 @@ class Waitpoint(models.Model):
                 fields=["waiter"],
                 condition=Q(event_key__isnull=False, resolved_at__isnull=True),
                 name="waitpoint_open_event_waiter",
+            ),
+            # MCP Events' wait.resolved (todos/event_feed.py): one waiter's closed waits by when. Written by a
+            # resolve or a timeout only, never by a claim or a complete.
+            models.Index(
+                fields=["waiter", "resolved_at"], condition=Q(resolved_at__isnull=False), name="waitpoint_resolved"
             ),
         ]
 
@@ -917,3 +922,32 @@ class NotifyEndpoint(models.Model):
             check_outbound_url(self.url, field="url")
         except InvalidTransitionInput as exc:  # the API's 400 as a form error
             raise ValidationError({"url": str(exc)}) from exc
+
+
+class EventSubscription(models.Model):
+    """An agent's MCP Events webhook subscription (issue 33 item 2, ``events/subscribe``): durable, so the
+    notify sidecar delivers across restarts, and TTL-scoped (``refresh_before``), so an abandoned one lapses.
+    ``id`` is derived from the key (agent, url, name, arguments): a routing handle, never accepted as input.
+    ``cursor`` is how far events have been handed to the sender (todos/notices.py): each is a delivery todo
+    enqueued in the same transaction that moves the cursor, so nothing between two cursors is lost."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="event_subscriptions")
+    name = models.CharField(max_length=100)
+    arguments = models.JSONField(default=dict)
+    url = models.CharField(max_length=2000)
+    secret = models.CharField(max_length=200)
+    cursor = models.CharField(max_length=200)
+    refresh_before = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    refreshed_at = models.DateTimeField(db_default=Now())
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The sidecar's round and the lapse sweep: live subscriptions by expiry.
+            models.Index(fields=["refresh_before"], name="event_subscription_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}: {self.name} -> {self.url}"
