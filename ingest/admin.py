@@ -82,6 +82,7 @@ class RouteInline(admin.TabularInline[Route, Source]):
         "kind",
         "title_template",
         "fair_key_template",
+        "limits",
         "assignee",
         "max_attempts",
         "delay_seconds",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -13,7 +14,7 @@ from django.urls import reverse
 
 from ingest import providers
 from todos.limits import MAX_DELAY_SECONDS
-from todos.models import PRIORITY_MAX, PRIORITY_MIN, validate_queue_name
+from todos.models import PRIORITY_MAX, PRIORITY_MIN, validate_limit_name, validate_queue_name
 
 
 class Source(models.Model):
@@ -85,6 +86,14 @@ class Route(models.Model):
         default="",
         help_text="The todos' fair_key, filled like the title, e.g. {repository.full_name}: on a fair queue, each "
         "key takes its share of claims.",
+    )
+    # Named limits (issue 31) its todos name; comma-separated in the admin.
+    limits = ArrayField(
+        models.CharField(max_length=100, validators=[validate_limit_name]),
+        size=4,
+        default=list,
+        blank=True,
+        help_text="Named limits its todos are held by (PUT /api/v1/limits/<name>/), e.g. openai.",
     )
     assignee = models.CharField(max_length=100, null=True, blank=True, help_text="Only this agent may claim the todos.")
     max_attempts = models.PositiveIntegerField(

@@ -121,6 +121,7 @@ def route_event(event: Event, routes: Iterable[Route], *, traceparent: str | Non
                 delay_seconds=route.delay_seconds or None,
                 priority=route.priority,
                 fair_key=render_title(route.fair_key_template, event.payload, max_length=MAX_FAIR_KEY_CHARS),
+                limits=route.limits or None,
                 traceparent=traceparent,
             )
         except QueueError as exc:

@@ -39,6 +39,7 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "spawn_limit": 409,
+    "superseded": 409,
     "too_large": 413,
     "throttled": 429,
     "unavailable": 503,

@@ -252,6 +252,11 @@ OUTBOUND_ALLOW_HOSTS = env.list("OUTBOUND_ALLOW_HOSTS", default=[])
 OUTBOUND_CA_BUNDLE = env.str("OUTBOUND_CA_BUNDLE", default="")
 # Attempts per delivery (webhook, email, callback) before it dead-letters.
 NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
+# MCP Events (issue 33 item 2: todos/event_feed.py). Webhook subscriptions per agent (-32013 beyond), the
+# longest TTL one is granted, and how far back a cursor replays (older: truncated).
+EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT = env.int("EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT", default=20)
+EVENTS_WEBHOOK_TTL_MAX_SECONDS = env.int("EVENTS_WEBHOOK_TTL_MAX_SECONDS", default=24 * 3600)
+EVENTS_RETENTION_SECONDS = env.int("EVENTS_RETENTION_SECONDS", default=24 * 3600)
 # Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")

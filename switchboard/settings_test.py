@@ -21,5 +21,6 @@ WHITENOISE_AUTOREFRESH = True
 WHITENOISE_USE_FINDERS = True
 # The stall hook (switchboard/test_hooks.py), for the watchdog's test on a real server; off otherwise.
 TEST_HOOKS = os.environ.get("SWITCHBOARD_TEST_HOOKS") == "1"
-# The tests' webhook receivers and SMTP server listen on loopback (test_security_outbound.py turns it off).
-OUTBOUND_ALLOW_PRIVATE_NETWORKS = True
+# The tests' webhook receivers and SMTP server listen on loopback (test_security_outbound.py turns it off; a
+# live server for an attack test is started with OUTBOUND_GUARD_ON=1, test_security_events.py).
+OUTBOUND_ALLOW_PRIVATE_NETWORKS = os.environ.get("OUTBOUND_GUARD_ON") != "1"

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from todos import sql
 from todos.errors import InvalidTransitionInput, QueueNotFound
+from todos.flow import limit_names_problem
 from todos.limits import MAX_FAIR_KEY_CHARS, MAX_FAIR_WEIGHTS_KEYS, MAX_QUEUE_LIMIT
 from todos.models import QUEUE_NAME_RE, SYSTEM_QUEUES, Agent, visible_patterns
 from todos.rows import fetchall
@@ -49,6 +50,10 @@ class QueueControls:
     max_depth: int | None = None
     max_children: int | None = None
     max_descendants: int | None = None
+    # Named limits (issue 31) every todo of the queue is held by (todos/flow.py); None: none.
+    limits: list[str] | None = None
+    # Issue 31: claims a second per fair_key, times the key's weight (a keyed queue's); None: no per-key rate.
+    rate_per_key: float | None = None
 
 
 def describe_limits(queue: Any) -> str:
@@ -63,6 +68,10 @@ def describe_limits(queue: Any) -> str:
         parts.append("fair")
     if getattr(queue, "max_claimed_per_key", None) is not None:
         parts.append(f"max {queue.max_claimed_per_key} per key")
+    if getattr(queue, "rate_per_key", None) is not None:
+        parts.append(f"{queue.rate_per_key:g}/s per key")
+    if getattr(queue, "limits", None):
+        parts.append("limits " + ", ".join(queue.limits))
     return " · ".join(parts)
 
 
@@ -154,6 +163,8 @@ def check_limits(
     max_depth: Any = UNSET,
     max_children: Any = UNSET,
     max_descendants: Any = UNSET,
+    limits: Any = UNSET,
+    rate_per_key: Any = UNSET,
 ) -> None:
     """Raise InvalidTransitionInput naming the first bad value (the API's serializer and the admin's form
     check the same bounds first; this guards every caller)."""
@@ -165,7 +176,22 @@ def check_limits(
     if fair is not UNSET and not isinstance(fair, bool):
         raise InvalidTransitionInput("fair must be true or false.", field="fair")
     _check_weights(fair_weights)
+    if limits is not UNSET and (problem := limit_names_problem(limits)) is not None:
+        raise InvalidTransitionInput(problem, field="limits")
     _check_count("rate_burst", rate_burst, 1)
+    if (
+        rate_per_key is not UNSET
+        and rate_per_key is not None
+        and (
+            isinstance(rate_per_key, bool)
+            or not isinstance(rate_per_key, int | float)
+            or not math.isfinite(rate_per_key)
+            or not 0 < rate_per_key <= MAX_QUEUE_LIMIT
+        )
+    ):
+        raise InvalidTransitionInput(
+            f"rate_per_key must be a number above 0 and at most {MAX_QUEUE_LIMIT}, or null.", field="rate_per_key"
+        )
     if rate_per_second is not UNSET and rate_per_second is not None:
         if (
             isinstance(rate_per_second, bool)
@@ -191,14 +217,17 @@ def set_limits(
     max_depth: int | None = UNSET,
     max_children: int | None = UNSET,
     max_descendants: int | None = UNSET,
+    limits: list[str] | None = UNSET,
+    rate_per_key: float | None = UNSET,
     agent: Agent | None = None,
 ) -> QueueControls:
     """Set the controls given (None removes one; UNSET leaves it). ``max_claimed``: live leases at once.
-    ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
-    burst defaults to one second's worth (at least 1). ``fair``, ``fair_weights`` and
-    ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql/claim.py, CLAIM_NEXT). Effective
-    from the next claim. ``max_depth``, ``max_children`` and ``max_descendants``: the spawn caps of the trees
-    whose root is in this queue, effective from the next create with a parent."""
+        ``rate_per_second`` and ``rate_burst``: a token bucket, which starts full whenever either is set; the
+        burst defaults to one second's worth (at least 1). ``fair``, ``fair_weights`` and
+        ``max_claimed_per_key``: fair share among the todos' fair_keys (todos/sql/claim.py, CLAIM_NEXT). Effective
+        from the next claim. ``max_depth``, ``max_children`` and ``max_descendants``: the spawn caps of the trees
+        whose root is in this queue, effective from the next create with a parent. ``limits``: named limits
+    (issue 31, todos/flow.py) every todo of the queue is held by, effective from the next claim."""
     check_limits(
         max_claimed=max_claimed,
         rate_per_second=rate_per_second,
@@ -209,6 +238,8 @@ def set_limits(
         max_depth=max_depth,
         max_children=max_children,
         max_descendants=max_descendants,
+        limits=limits,
+        rate_per_key=rate_per_key,
     )
     spawn_caps = {"max_depth": max_depth, "max_children": max_children, "max_descendants": max_descendants}
     if rate_burst is not UNSET and rate_burst is not None:
@@ -231,6 +262,10 @@ def set_limits(
         fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
         set_max_claimed_per_key=max_claimed_per_key is not UNSET,
         max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
+        set_rate_per_key=rate_per_key is not UNSET,
+        rate_per_key=None if rate_per_key is UNSET else rate_per_key,
+        set_limits=limits is not UNSET,
+        limits=sorted(set(limits)) if limits not in (UNSET, None) else [],
         **{
             **{f"set_{cap}": value is not UNSET for cap, value in spawn_caps.items()},
             **{cap: None if value is UNSET else value for cap, value in spawn_caps.items()},

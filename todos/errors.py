@@ -23,6 +23,12 @@ class QueueNotFound(QueueError):
     code = "not_found"
 
 
+class LimitNotFound(QueueError):
+    """No named limit by that name (issue 31)."""
+
+    code = "not_found"
+
+
 class TodoConflict(QueueError):
     """The todo exists but the transition's guard failed; ``state`` is its current state."""
 
@@ -31,6 +37,13 @@ class TodoConflict(QueueError):
     def __init__(self, detail: str, *, state: str, **extra: Any) -> None:
         super().__init__(detail, state=state, **extra)
         self.state = state
+
+
+class TodoSuperseded(TodoConflict):
+    """The todo was superseded (issue 31): a create with ``supersede`` replaced it, cancelling it; its holder's
+    next step learns here that it should stop."""
+
+    code = "superseded"
 
 
 class QueuesForbidden(QueueError):

@@ -75,6 +75,12 @@ MCP_TASK_STATUS_BATCH = 100  # changed tasks one re-read sends; the rest on the 
 MAX_QUEUE_LIMIT = 1_000_000  # max_claimed, rate_per_second and rate_burst: beyond this a limit is a typo
 SCHEDULE_CATCH_UP_MAX = 100  # ticks one schedule makes after downtime with catch_up "all" (the latest)
 
+# --- Named limits (issue 31) ---
+MAX_LIMIT_NAME_CHARS = 100  # a limit's name: a provider or a quota's name ("openai", "github:acme"), not data
+MAX_LIMITS_NAMED = 4  # limits one todo (or one queue) names: each claim locks and counts every one of them
+MAX_PARK_SECONDS = 7 * 24 * 3600  # how far ahead a park may reach: a quota wall resets within days
+MAX_PARK_REASON_CHARS = 500  # a park's reason: the provider's message, e.g. "429: resets 01:00"
+
 # --- The admin ---
 MAX_SELECTED = 500  # todos one admin action changes in a request (more: "every matching", in batches)
 MAX_SHOWN_JSON_CHARS = 100_000  # JSON shown on an admin page before it is truncated
@@ -240,3 +246,36 @@ def notify_max_attempts() -> int:
     """Attempts per delivery before it dead-letters (settings.NOTIFY_MAX_ATTEMPTS): with the queue's backoff
     (QUEUE_RETRY_BASE_SECONDS doubling up to its cap), 8 attempts span about 20 minutes at the defaults."""
     return max(1, int(settings.NOTIFY_MAX_ATTEMPTS))
+
+
+# --- MCP Events (issue 33 item 2, todos/event_feed.py, todos/mcp/events.py) ---
+EVENTS_DEFAULT_MAX_EVENTS = 50  # events one poll (or one push or webhook read) answers when maxEvents is absent
+EVENTS_MAX_EVENTS = 100  # maxEvents at most: one answer stays small (a few hundred bytes an event)
+EVENTS_POLL_TIMEOUT_MAX_MS = int(LONG_POLL_MAX_SECONDS * 1000)  # timeoutMs at most: under every proxy's idle timeout
+EVENTS_RECHECK_SECONDS = 1.0  # a held poll or a push stream reads again this often (one indexed read each)
+EVENTS_HEARTBEAT_SECONDS = (
+    15.0  # notifications/events/heartbeat on a quiet push stream (the sketch: at least every 30 s)
+)
+EVENTS_READY_INTERVAL_SECONDS = 5.0  # todo.ready: at most one event per queue per this many seconds
+EVENTS_NEXT_POLL_MS = 1000  # nextPollMs: the sketch's client floor; a held poll already waited
+EVENTS_MAX_TODOS_ARGUMENT = 100  # ids one todo.finished subscription may name (as a wait's for.todos)
+EVENTS_WEBHOOK_TTL_MIN_SECONDS = 60  # a webhook subscription's TTL is clamped up to this (no refresh storms)
+EVENTS_WEBHOOK_TTL_DEFAULT_SECONDS = 3600  # granted when ttlMs is absent
+
+
+def events_max_subscriptions_per_agent() -> int:
+    """Webhook subscriptions one agent may hold (EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT, default 20): each is read
+    by the notify sidecar every round; -32013 beyond."""
+    return int(settings.EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT)
+
+
+def events_webhook_ttl_max_seconds() -> int:
+    """The longest webhook subscription TTL granted (EVENTS_WEBHOOK_TTL_MAX_SECONDS, default a day: the sketch's
+    recommended ceiling). ``ttlMs: null`` (no expiry) is granted this too: finite, as the sketch allows."""
+    return int(settings.EVENTS_WEBHOOK_TTL_MAX_SECONDS)
+
+
+def events_retention_seconds() -> int:
+    """How far back a cursor may replay (EVENTS_RETENTION_SECONDS, default a day): an older cursor resumes
+    from this floor with ``truncated: true``. Finished todos purged by retention are not replayed at all."""
+    return int(settings.EVENTS_RETENTION_SECONDS)

@@ -33,6 +33,8 @@ from todos.limits import MAX_FAIR_KEY_CHARS, MAX_SCOPE_WILDCARDS
 from todos.states import TodoState
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")
+# A named limit's name (issue 31): a queue name's alphabet, shorter (todos/limits.py MAX_LIMIT_NAME_CHARS).
+LIMIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,99}$")
 SCOPE_RE = re.compile(r"^[A-Za-z0-9._:/*?-]{1,200}$")
 # Switchboard's own queues (issue 29: outbound notices, todos/notices.py). Their leading "_" is outside
 # QUEUE_NAME_RE, so only the system creates into them (todos/queue/create.py), and an agent's scope reaches
@@ -42,6 +44,13 @@ SYSTEM_QUEUES = frozenset({"_switchboard.notify"})
 
 def new_todo_id() -> str:
     return f"td_{uuid.uuid4().hex}"
+
+
+def validate_limit_name(value: str) -> None:
+    if not LIMIT_NAME_RE.match(value or ""):
+        raise ValidationError(
+            "Limit names are 1-100 characters of letters, digits and . _ : / -, starting with a letter or digit."
+        )
 
 
 def validate_queue_name(value: str) -> None:
@@ -278,6 +287,12 @@ class Todo(models.Model):
     # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
     # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
     callback = models.JSONField(null=True, blank=True, editable=False)
+    # Named limits (issue 31) this todo names, beside its queue's (null: none, so a plain create writes
+    # nothing more): a claim takes it only when every one of them allows (todos/sql/flow.py).
+    limits = ArrayField(models.TextField(), null=True, blank=True, editable=False)
+    # Start-by deadline (issue 31): not claimed by then, it is cancelled with reason "expired" (the claim never
+    # takes it late; the reaper finishes it). Null: none. A todo once claimed has started: it no longer expires.
+    expires_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = TodoQuerySet.as_manager()
 
@@ -491,7 +506,7 @@ class Waitpoint(models.Model):
     decided_by = models.CharField(max_length=150, null=True, blank=True)
 
     class Meta:
-        # Each index holds open waits only: closed ones cost the resolvers nothing.
+        # Each index but the last holds open waits only: closed ones cost the resolvers nothing.
         indexes = [
             # the reaper's remind_people / escalate_people: due reminders and escalations in order.
             models.Index(
@@ -523,6 +538,11 @@ class Waitpoint(models.Model):
                 fields=["waiter"],
                 condition=Q(event_key__isnull=False, resolved_at__isnull=True),
                 name="waitpoint_open_event_waiter",
+            ),
+            # MCP Events' wait.resolved (todos/event_feed.py): one waiter's closed waits by when. Written by a
+            # resolve or a timeout only, never by a claim or a complete.
+            models.Index(
+                fields=["waiter", "resolved_at"], condition=Q(resolved_at__isnull=False), name="waitpoint_resolved"
             ),
         ]
 
@@ -608,6 +628,9 @@ class Queue(models.Model):
     fair = models.BooleanField(default=False, db_default=False)
     fair_weights = models.JSONField(default=dict, db_default={}, blank=True)
     max_claimed_per_key = models.PositiveIntegerField(null=True, blank=True)
+    # Issue 31: at most this many claims a second per fair_key (times the key's weight), a token bucket per key
+    # (in todos_fairkey) of one second's burst; null: no per-key rate.
+    rate_per_key = models.FloatField(null=True, blank=True)
     # The fair round (virtual time): the start of the last key a claim took. Kept by the claim statement.
     fair_round = models.FloatField(default=0.0, db_default=0.0, editable=False)
     # Spawn caps (issue 30) of the trees whose root is in this queue; null: no cap. max_depth: how far
@@ -616,6 +639,8 @@ class Queue(models.Model):
     max_depth = models.PositiveIntegerField(null=True, blank=True)
     max_children = models.PositiveIntegerField(null=True, blank=True)
     max_descendants = models.PositiveIntegerField(null=True, blank=True)
+    # Named limits (issue 31) every todo of this queue is held by, beside its own (null: none).
+    limits = ArrayField(models.TextField(), null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -634,6 +659,38 @@ class Queue(models.Model):
         return self.max_claimed is not None or self.rate_per_second is not None
 
 
+class Limit(models.Model):
+    """A named limit (issue 31), shared by every queue and todo that names it: at most max_claimed live leases
+    of them at once, rate_per_second claims a second in bursts of rate_burst, and at most per_key live leases
+    per fair_key (times the key's weight on its queue). Parked until parked_until (a provider's quota wall):
+    it then lets nothing through, and its todos show ``blocked``. Enforced by the claim statements
+    (todos/sql/flow.py), under this row's lock; written by todos/flow.py."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    max_claimed = models.PositiveIntegerField(null=True, blank=True)
+    rate_per_second = models.FloatField(null=True, blank=True)
+    rate_burst = models.PositiveIntegerField(null=True, blank=True)
+    tokens = models.FloatField(null=True, blank=True, editable=False)
+    refilled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    per_key = models.PositiveIntegerField(null=True, blank=True)
+    parked_until = models.DateTimeField(null=True, blank=True)
+    park_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True)
+                | Q(rate_per_second__gt=0, rate_burst__gte=1, tokens__isnull=False, refilled_at__isnull=False),
+                name="limit_rate_shape",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class FairKey(models.Model):
     """One fair queue's key and its pass (virtual time): the key's next claim starts at
     max(vtime, the queue's fair_round), and each claim adds 1/weight. Rows are written by the claim
@@ -644,6 +701,9 @@ class FairKey(models.Model):
     queue = models.CharField(max_length=200)
     key = models.CharField(max_length=MAX_FAIR_KEY_CHARS)
     vtime = models.FloatField(default=0.0, db_default=0.0)
+    # The key's token bucket on a queue with rate_per_key (issue 31), as of refilled_at; null: full.
+    tokens = models.FloatField(null=True, blank=True)
+    refilled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["queue", "vtime", "key"], name="fair_key_walk")]
@@ -783,6 +843,14 @@ class Schedule(models.Model):
     fair_key = models.CharField(
         max_length=MAX_FAIR_KEY_CHARS, blank=True, default="", help_text="On a fair queue: whose share its todos take."
     )
+    # Named limits (issue 31) its todos name; comma-separated in the admin.
+    limits = ArrayField(
+        models.CharField(max_length=100, validators=[validate_limit_name]),
+        size=4,
+        default=list,
+        blank=True,
+        help_text="Named limits its todos are held by (PUT /api/v1/limits/<name>/), e.g. openai.",
+    )
     max_attempts = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)], help_text="Empty: the queue's default."
     )
@@ -879,3 +947,32 @@ class NotifyEndpoint(models.Model):
             check_outbound_url(self.url, field="url")
         except InvalidTransitionInput as exc:  # the API's 400 as a form error
             raise ValidationError({"url": str(exc)}) from exc
+
+
+class EventSubscription(models.Model):
+    """An agent's MCP Events webhook subscription (issue 33 item 2, ``events/subscribe``): durable, so the
+    notify sidecar delivers across restarts, and TTL-scoped (``refresh_before``), so an abandoned one lapses.
+    ``id`` is derived from the key (agent, url, name, arguments): a routing handle, never accepted as input.
+    ``cursor`` is how far events have been handed to the sender (todos/notices.py): each is a delivery todo
+    enqueued in the same transaction that moves the cursor, so nothing between two cursors is lost."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="event_subscriptions")
+    name = models.CharField(max_length=100)
+    arguments = models.JSONField(default=dict)
+    url = models.CharField(max_length=2000)
+    secret = models.CharField(max_length=200)
+    cursor = models.CharField(max_length=200)
+    refresh_before = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    refreshed_at = models.DateTimeField(db_default=Now())
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The sidecar's round and the lapse sweep: live subscriptions by expiry.
+            models.Index(fields=["refresh_before"], name="event_subscription_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}: {self.name} -> {self.url}"

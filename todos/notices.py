@@ -230,11 +230,20 @@ def notify_users(
     return _enqueue(items)
 
 
-def notify_url(*, url: str, secret: str, notice: Notice) -> str:
+def notify_url(
+    *,
+    url: str,
+    secret: str,
+    notice: Notice,
+    body: dict[str, Any] | None = None,
+    msg_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> str:
     """In the caller's transaction: enqueue one signed webhook of ``notice`` to ``url`` (already checked by
     check_outbound_url; the sender checks it again on every hop), signed with ``secret`` (a ``whsec_``
     Standard Webhooks secret): a todo's callback, or an agent's subscription. Returns the delivery's id;
-    idempotent per (notice.key, url)."""
+    idempotent per (notice.key, url). ``body``, ``msg_id`` and ``headers``: an MCP Events delivery's own
+    body, webhook-id and X-MCP-Subscription-Id (todos/event_feed.py); it then follows no redirect."""
     import hashlib
 
     digest = hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -244,7 +253,15 @@ def notify_url(*, url: str, secret: str, notice: Notice) -> str:
                 "notify.url",
                 f"{notice.event}: {notice.subject}",
                 f"notify:{notice.key}:url:{digest}",
-                {"channel": "url", "url": url, "secret": secret, "notice": notice.as_json()},
+                {
+                    "channel": "url",
+                    "url": url,
+                    "secret": secret,
+                    "notice": notice.as_json(),
+                    **({"body": body} if body is not None else {}),
+                    **({"msg_id": msg_id} if msg_id is not None else {}),
+                    **({"headers": headers} if headers is not None else {}),
+                },
             )
         ]
     )[0]

@@ -83,6 +83,7 @@ class Sent:
     status: int
     url: str  # the last hop's URL
     hops: int
+    body: bytes = b""  # the answer, at most OUTBOUND_MAX_RESPONSE_BYTES (MCP Events' verification echo)
 
 
 def _pinned_url(pinned: Pinned, address: str) -> str:
@@ -145,17 +146,30 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=settings.OUTBOUND_CA_BUNDLE or certifi.where())
 
 
-def post_webhook(url: str, secret: str, msg_id: str, payload: Any, *, field: str = "url") -> Sent:
-    """Send one signed webhook; raises DeliveryFailed unless the (last) answer is 2xx."""
+def post_webhook(
+    url: str,
+    secret: str,
+    msg_id: str,
+    payload: Any,
+    *,
+    field: str = "url",
+    extra_headers: dict[str, str] | None = None,
+    redirects: int = OUTBOUND_MAX_REDIRECTS,
+    final: tuple[int, ...] = (),
+) -> Sent:
+    """Send one signed webhook; raises DeliveryFailed unless the (last) answer is 2xx. ``extra_headers`` are
+    sent beside the signature's (MCP Events' X-MCP-Subscription-Id); ``redirects``: hops followed at most
+    (0 for MCP Events, whose sketch forbids following one); ``final``: statuses that end the delivery
+    without a retry (MCP Events' 410 Gone and 413: the receiver declined it), returned, not raised."""
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     if len(body) > OUTBOUND_MAX_BODY_BYTES:
         raise DeliveryFailed(f"body of {len(body)} bytes is over {OUTBOUND_MAX_BODY_BYTES}", permanent=True)
-    headers = signed_headers(secret, msg_id, body)
+    headers = {**(extra_headers or {}), **signed_headers(secret, msg_id, body)}
     timeout = httpx.Timeout(OUTBOUND_TIMEOUT_SECONDS, connect=OUTBOUND_CONNECT_TIMEOUT_SECONDS)
     with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls()) as client:
         current = url
         deadline = time.monotonic() + OUTBOUND_TIMEOUT_SECONDS
-        for hop in range(OUTBOUND_MAX_REDIRECTS + 1):
+        for hop in range(redirects + 1):
             if time.monotonic() > deadline:
                 raise DeliveryFailed(f"no answer within {OUTBOUND_TIMEOUT_SECONDS:g} s (after {hop} redirects)")
             try:
@@ -171,11 +185,11 @@ def post_webhook(url: str, secret: str, msg_id: str, payload: Any, *, field: str
             if response.status_code in _REDIRECTS and location:
                 current = urljoin(current, location)
                 continue
-            if 200 <= response.status_code < 300:
-                return Sent(response.status_code, current, hop)
+            if 200 <= response.status_code < 300 or response.status_code in final:
+                return Sent(response.status_code, current, hop, response.content)
             snippet = response.content[:200].decode("utf-8", "replace")
             raise DeliveryFailed(f"HTTP {response.status_code} from {pinned.host}: {snippet}")
-    raise DeliveryFailed(f"more than {OUTBOUND_MAX_REDIRECTS} redirects")
+    raise DeliveryFailed(f"more than {redirects} redirects")
 
 
 # --- Email ---
@@ -237,7 +251,19 @@ def deliver(todo_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         sent = post_webhook(endpoint.url, endpoint.secret, todo_id, _webhook_body(todo_id, notice))
         return {"channel": "webhook", "endpoint": endpoint.pk, "status": sent.status, "hops": sent.hops}
     if channel == "url":
-        sent = post_webhook(str(payload["url"]), str(payload["secret"]), todo_id, _webhook_body(todo_id, notice))
+        # An MCP Events delivery (todos/event_feed.py) carries its own body (an EventOccurrence), webhook-id
+        # (the eventId) and headers, and follows no redirect; a callback notice gets {type, timestamp, data}.
+        body = payload["body"] if isinstance(payload.get("body"), dict) else _webhook_body(todo_id, notice)
+        extra = payload.get("headers") if isinstance(payload.get("headers"), dict) else None
+        sent = post_webhook(
+            str(payload["url"]),
+            str(payload["secret"]),
+            str(payload.get("msg_id") or todo_id),
+            body,
+            extra_headers=extra,
+            redirects=0 if extra is not None else OUTBOUND_MAX_REDIRECTS,
+            final=(410, 413) if extra is not None else (),
+        )
         return {"channel": "url", "status": sent.status, "hops": sent.hops}
     if channel == "callback":
         return _callback(todo_id, payload)

@@ -141,6 +141,7 @@ def _run_one(schedule_id: int, lookahead: float) -> tuple[int, int]:
                 run_at=tick,
                 priority=schedule.priority,
                 fair_key=schedule.fair_key,
+                limits=schedule.limits or None,
             )
             created += made
             schedule.last_todo_id = todo.id

@@ -22,7 +22,7 @@ from todos.limits import (
     MAX_TREE_PAGE,
     MAX_TREE_WALK,
 )
-from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like, visible_patterns
+from todos.models import ALL_QUEUES, Agent, Todo, TodoState, glob_to_like, visible_patterns
 from todos.rows import fetchall
 from todos.usage import load_blocked
 
@@ -109,6 +109,21 @@ def attach_dependencies(todos: list[Any]) -> None:
         listed = dependencies_of([t.id for t in having])
         for todo in having:
             todo.dependency_list = listed[todo.id]
+
+
+def show_blocked(todos: Iterable[Todo]) -> None:
+    """A pending or scheduled todo held by a parked limit (issue 31) shows ``blocked``: {limit, until, reason}
+    (todos/sql/flow.py BLOCKED), set on each todo given, in place; one query for all, none when no todo given
+    can be blocked. A read, never a transition."""
+    waiting = [t for t in todos if t.state in (TodoState.PENDING, TodoState.SCHEDULED)]
+    if not waiting:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql.BLOCKED_OF, {"ids": [t.id for t in waiting]})
+        found = dict(cursor.fetchall())
+    for todo in waiting:
+        value = found.get(todo.id)
+        todo.blocked = json.loads(value) if isinstance(value, str) else value  # type: ignore[attr-defined]
 
 
 def show_awaited(todos: Iterable[Todo]) -> None:

@@ -51,10 +51,14 @@ def counters(value: Any, field: str, *, positive: bool = False, index: int | Non
 _BLOCKABLE = states.PENDING | states.SCHEDULED | states.WAITING | states.RETRY_WAITING
 
 
-def blocked(todo: Todo) -> str | None:
-    """What a todo's JSON shows as ``blocked``: "budget" while it waits for a claim in a tree whose budget is
-    spent, else None. A todo outside any tree reads nothing; a child reads its root's flag unless
+def blocked(todo: Todo) -> dict[str, Any] | None:
+    """What a todo's JSON shows as ``blocked``: a parked limit's {limit, until, reason} when a reader loaded one
+    (issue 31), else {"reason": "budget", "root_id"} while it waits for a claim in a tree whose budget is spent
+    (issue 30), else None. A todo outside any tree reads nothing; a child reads its root's flag unless
     ``load_blocked`` did (a render on the event loop must not query)."""
+    parked: dict[str, Any] | None = getattr(todo, "blocked", None)
+    if parked is not None:
+        return parked
     if todo.budget_exhausted is None and todo.root_id is None:
         return None
     if not _BLOCKABLE.holds(todo):
@@ -62,7 +66,7 @@ def blocked(todo: Todo) -> str | None:
     exhausted = getattr(todo, "tree_budget_exhausted", None)
     if exhausted is None:
         exhausted = budget_exhausted(todo)
-    return "budget" if exhausted else None
+    return {"reason": "budget", "root_id": todo.root_id or todo.id} if exhausted else None
 
 
 def load_blocked(todos: Iterable[Todo]) -> None:

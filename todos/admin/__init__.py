@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 from switchboard import ids
 from switchboard.admin_tools import EstimatedCountPaginator, staff_user_id
-from todos import controls, selectors, states
+from todos import controls, flow, selectors, states
 from todos.admin import display as show
 from todos.admin.bulk import bulk_view
 from todos.admin.filters import (
@@ -48,6 +48,7 @@ from todos.limits import MAX_SELECTED, MAX_TREE_CHILDREN_SHOWN
 from todos.models import (
     SYSTEM_QUEUES,
     Agent,
+    Limit,
     NotifyEndpoint,
     Queue,
     Schedule,
@@ -144,6 +145,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
                     "assignee",
                     "idempotency_key",
                     "fair_key",
+                    "limits_blocked",
                 )
             },
         ),
@@ -173,6 +175,16 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ("History", {"fields": ("timeline", "errors_json")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
+
+    @admin.display(description="limits")
+    def limits_blocked(self, obj: Todo) -> str:
+        """The named limits it names (issue 31) and, while one holding it is parked, until when and why."""
+        selectors.show_blocked([obj])
+        blocked = getattr(obj, "blocked", None)
+        named = ", ".join(obj.limits or []) or "—"
+        if blocked:
+            return f"{named} · blocked: {blocked['limit']} parked until {blocked['until']} ({blocked['reason']})"
+        return named
 
     # batches of "apply to every matching todo" (todos/admin/bulk.py)
     bulk_batch_size = 500
@@ -661,7 +673,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
             column("retry_waiting", "retry-waiting"),
             column("dead_letters", "dead-letters"),
             column("cancelled", "cancelled"),
-            "limits",
+            "limits_summary",  # not "limits": a model field of that name would win over this column
             "todos_link",
         )
 
@@ -679,7 +691,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
         return format_html('<span class="sb-state sb-state-paused">{}</span>', "paused") if obj.paused else "—"
 
     @admin.display(description="limits")
-    def limits(self, obj: Queue) -> str:
+    def limits_summary(self, obj: Queue) -> str:
         return controls.describe_limits(obj) or "—"
 
     @admin.display(description="now")
@@ -734,6 +746,7 @@ class ScheduleForm(forms.ModelForm[Schedule]):
             "payload",
             "priority",
             "fair_key",
+            "limits",
             "max_attempts",
             "catch_up",
             "is_active",
@@ -828,3 +841,30 @@ class NotifyEndpointAdmin(admin.ModelAdmin[NotifyEndpoint]):
         )
         response["Cache-Control"] = "no-store"
         return response
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin[Limit]):
+    """Named limits (issue 31): their settings and parks. Changes go through todos/flow.py (PUT's rules), never
+    a model save; an operator lifts a park with the action."""
+
+    list_display = ("name", "max_claimed", "rate_per_second", "rate_burst", "per_key", "parked_until", "park_reason")
+    search_fields = ("name",)
+    ordering = ("name",)
+    actions = ["lift_parks"]
+    readonly_fields = (
+        "name", "max_claimed", "rate_per_second", "rate_burst", "per_key", "parked_until", "park_reason", "created_at",
+    )  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # PUT /api/v1/limits/<name>/ defines one
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("todos.change_queue")
+
+    @admin.action(description="Lift the park (its todos are claimable again)", permissions=["change"])
+    def lift_parks(self, request: HttpRequest, queryset: QuerySet[Limit]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        for name in names:
+            flow.unpark(name)
+        self.message_user(request, f"{len(names)} limit(s) unparked.")

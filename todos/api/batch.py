@@ -107,6 +107,9 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "callback": lambda v: v is None,  # an object to validate: the serializer's
         # a task protocol's reserved prefix (mcp-task:, a2a:) is the serializer's 400
         "source": lambda v: source(v) and not v.startswith(TASK_SOURCE_PREFIXES),
+        "limits": lambda v: v is None,  # names to validate (issue 31): the serializer's
+        "expires_at": lambda v: v is None,  # a time to parse: the serializer's
+        "expire_after_seconds": lambda v: v is None,  # a bound to check (issue 31): the serializer's
     }
     # A callable default (payload's dict) makes a fresh value per item, as DRF does: none is shared.
     defaults = {name: field.default for name, field in fields.items() if field.default is not serializers.empty}

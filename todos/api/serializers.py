@@ -52,6 +52,7 @@ from todos.models import (
     TodoState,
     validate_caller_idempotency_key,
     validate_caller_source,
+    validate_limit_name,
     validate_queue_name,
 )
 from todos.queue import TodoRef
@@ -73,6 +74,11 @@ class DependencySerializer(serializers.Serializer[Any]):
 
 class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
+    limits = serializers.SerializerMethodField(help_text="Named limits it names itself (its queue's are not listed).")
+    blocked = serializers.SerializerMethodField(
+        help_text="While a limit holding it is parked: {limit, until, reason} (on GET of it or of a list); while "
+        "its tree has spent its budget (issue 30): {reason: budget, root_id}."
+    )
     dependencies = serializers.SerializerMethodField(
         help_text=f"The todos it depends on, in the order given (at most {MAX_DEPENDENCIES}), each with its "
         f"state and result; results past {DEPENDENCY_RESULTS_MAX_BYTES // 1024} KiB together are left out "
@@ -103,10 +109,6 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     )
     budget = serializers.JSONField(
         read_only=True, allow_null=True, help_text="A root's budget {counter: limit}; null: none."
-    )
-    blocked = serializers.SerializerMethodField(
-        help_text="`budget`: unfinished, and its tree has spent its budget: claims skip it until an operator "
-        "raises the budget. null: not blocked.",
     )
     late_result = serializers.JSONField(
         read_only=True,
@@ -165,13 +167,23 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "usage",
             "tree_usage",
             "budget",
-            "blocked",
             "late_result",
+            "limits",
+            "blocked",
+            "expires_at",
         ]
         read_only_fields = fields
 
     def get_dead_letter(self, todo: Todo) -> bool:
         return todo.is_dead_letter
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_blocked(self, todo: Todo) -> dict[str, Any] | None:
+        return blocked(todo)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_limits(self, todo: Todo) -> list[str]:
+        return todo.limits or []
 
     @extend_schema_field(DependencySerializer(many=True))
     def get_dependencies(self, todo: Todo) -> list[dict[str, Any]]:
@@ -226,13 +238,11 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "usage": todo.usage,
             "tree_usage": todo.tree_usage,
             "budget": todo.budget,
-            "blocked": self.get_blocked(todo),
             "late_result": todo.late_result,
+            "limits": todo.limits or [],
+            "blocked": self.get_blocked(todo),
+            "expires_at": _iso(todo.expires_at),
         }
-
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_blocked(self, todo: Todo) -> str | None:
-        return blocked(todo)
 
 
 class CreatedTodoSerializer(TodoSerializer):
@@ -329,6 +339,34 @@ class QueueControlsSerializer(serializers.Serializer[Any]):
     max_depth = serializers.IntegerField(allow_null=True, help_text="of its trees: levels below the root")
     max_children = serializers.IntegerField(allow_null=True, help_text="of its trees: unfinished children a parent")
     max_descendants = serializers.IntegerField(allow_null=True, help_text="of its trees: todos ever made, a tree")
+    limits = serializers.ListField(
+        child=serializers.CharField(), allow_null=True, help_text="named limits every todo of it is held by"
+    )
+    rate_per_key = serializers.FloatField(allow_null=True, help_text="claims a second per fair_key, times its weight")
+
+
+def _limit_names_field(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=limits.MAX_LIMIT_NAME_CHARS, validators=[validate_limit_name]),
+        max_length=limits.MAX_LIMITS_NAMED,
+        required=False,
+        allow_null=True,
+        **kwargs,
+    )
+
+
+class LimitSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    max_claimed = serializers.IntegerField(allow_null=True, help_text="live leases of its todos at once")
+    rate_per_second = serializers.FloatField(allow_null=True, help_text="claims of its todos a second")
+    rate_burst = serializers.IntegerField(allow_null=True, help_text="the token bucket's size")
+    per_key = serializers.IntegerField(allow_null=True, help_text="live leases per fair_key, times its weight")
+    parked = serializers.DictField(allow_null=True, help_text="{until, reason} while parked; null otherwise")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return instance.as_json()  # type: ignore[no-any-return]
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -494,6 +532,37 @@ class TodoCreateInput(StrictInput):
         "the todo gets there, signed with your agent's webhook_secret (docs/producers.md). A private or loopback "
         "URL is a 400 naming callback.url.",
     )
+    limits = _limit_names_field(
+        default=None, help_text="Named limits (PUT /limits/<name>/) it is held by, beside its queue's."
+    )
+    expires_at = RFC3339Field(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Start-by deadline (RFC 3339): not claimed by then, it is cancelled with reason `expired`.",
+    )
+    expire_after_seconds = serializers.FloatField(
+        min_value=0.001,
+        max_value=MAX_DELAY_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Start-by deadline this many seconds from now. Not with expires_at.",
+    )
+    supersede = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Cancel the runnable todo holding idempotency_key (its holder gets 409 superseded) and create "
+        "this one.",
+    )
+    debounce_seconds = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_DELAY_SECONDS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="One todo per idempotency_key, run this long after the last create (its run_at moves).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -514,6 +583,8 @@ class TodoAwaitInput(serializers.Serializer[Any]):
 
 class BatchCreateItemInput(TodoCreateInput):
     parent = None  # type: ignore[assignment]  # a batch names one parent for all its items (BatchCreateInput)
+    supersede = None  # type: ignore[assignment]  # one key at a time (issue 31): a single create's
+    debounce_seconds = None  # type: ignore[assignment]
     depends_on_index = serializers.ListField(
         child=serializers.IntegerField(min_value=0, max_value=MAX_CREATE_BATCH - 1),
         required=False,
@@ -650,6 +721,22 @@ class BudgetInput(StrictInput):
     )
 
 
+class ParkInput(StrictInput):
+    """A quota wall: the named limit (one the todo names) lets nothing through until ``until``."""
+
+    limit = serializers.CharField(max_length=limits.MAX_LIMIT_NAME_CHARS, validators=[validate_limit_name])
+    until = RFC3339Field(help_text="When the wall resets (RFC 3339, with an offset), at most 7 days ahead.")
+    reason = serializers.CharField(
+        max_length=limits.MAX_PARK_REASON_CHARS, required=False, allow_blank=True, default=""
+    )
+
+
+_PARK_HELP = (
+    "Hit a quota wall: the todo goes back to pending with its attempt given back, and the named limit it "
+    "names is parked until `until` (its todos, in every queue, wait with `blocked`)."
+)
+
+
 class FailInput(StrictInput):
     lease_id = _lease_id_field()
     error = serializers.CharField(max_length=MAX_ERROR_CHARS, required=False, allow_blank=True, default="")
@@ -661,10 +748,12 @@ class FailInput(StrictInput):
         default=None,
         help_text="Retry after this many seconds instead of the backoff (ignored at the attempt cap).",
     )
+    park = ParkInput(required=False, allow_null=True, default=None, help_text=_PARK_HELP)
 
 
 class ReleaseInput(StrictInput):
     lease_id = _lease_id_field()
+    park = ParkInput(required=False, allow_null=True, default=None, help_text=_PARK_HELP)
 
 
 class WaitInput(StrictInput):
@@ -786,13 +875,37 @@ class QueueLimitsInput(StrictInput):
     max_descendants = serializers.IntegerField(
         min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="ever created, a tree"
     )
+    limits = _limit_names_field(help_text="named limits every todo of the queue is held by; null or []: none")
+    rate_per_key = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="a fair queue's"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
                 "Give at least one of max_claimed, rate_per_second, rate_burst, fair, fair_weights, "
-                "max_claimed_per_key, max_depth, max_children, max_descendants."
+                "max_claimed_per_key, max_depth, max_children, max_descendants, limits, rate_per_key."
             )
+        return attrs
+
+
+class LimitInput(StrictInput):
+    """PUT: the limit's settings, whole (a field left out is null: no bound of that kind)."""
+
+    max_claimed = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True)
+    rate_per_second = serializers.FloatField(
+        min_value=0.001, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True
+    )
+    rate_burst = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="default: 1 s of the rate"
+    )
+    per_key = serializers.IntegerField(
+        min_value=1, max_value=MAX_QUEUE_LIMIT, required=False, allow_null=True, help_text="live leases per key"
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("rate_burst") is not None and attrs.get("rate_per_second") is None:
+            raise serializers.ValidationError({"rate_burst": ["rate_burst needs a rate_per_second."]})
         return attrs
 
 
@@ -816,6 +929,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "payload",
             "priority",
             "fair_key",
+            "limits",
             "max_attempts",
             "active",
             "catch_up",

@@ -29,6 +29,8 @@ urlpatterns = [
     path("agents/me/explain/", views.AgentExplainApi.as_view(), name="agent-explain"),
     path("queues/", views.QueueListApi.as_view(), name="queue-list"),
     path("schedules/", views.ScheduleListApi.as_view(), name="schedule-list"),
+    path("limits/<str:name>/", views.LimitDetailApi.as_view(), name="limit-detail"),
+    path("limits/<str:name>/park/", views.LimitParkApi.as_view(), name="limit-park"),
     path("todos/<str:todo_id>/cancel/", views.TodoCancelApi.as_view(), name="todo-cancel"),
     # Queue names may hold "/": the action routes come before the detail route that would swallow them.
     path("queues/<path:name>/pause/", views.QueuePauseApi.as_view(), name="queue-pause"),

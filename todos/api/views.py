@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
-from todos import auth, budgets, controls, explain, longpoll, queue, results, selectors, states, tracing
+from todos import auth, budgets, controls, explain, flow, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
@@ -42,6 +42,8 @@ from todos.api.serializers import (
     CreatedTodoSerializer,
     FailInput,
     HeartbeatInput,
+    LimitInput,
+    LimitSerializer,
     QueueControlsSerializer,
     QueueLimitsInput,
     QueueListSerializer,
@@ -157,6 +159,7 @@ class TodoListCreateApi(generics.GenericAPIView[Todo]):
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         selectors.show_awaited(page or [])
+        selectors.show_blocked(page or [])
         assert isinstance(self.paginator, CreatedCursorPagination)
         # Whole todos are heavy (payload, result, checkpoint, resolution): the page stops at a byte budget.
         return self.get_paginated_response(self.paginator.within_bytes(lambda todo: TodoSerializer(todo).data))
@@ -260,6 +263,7 @@ class TodoDetailApi(_WaitsOnTheLoop):
                 raise TodoNotFound(f"No todo {todo_id}.")
             todo = found
         selectors.show_awaited([todo])
+        selectors.show_blocked([todo])
         return _render(todo)
 
     @staticmethod
@@ -561,6 +565,9 @@ class TodoFailApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(FailInput, request.data)
+        if (park := data.pop("park")) is not None:
+            data.pop("retry_in_seconds")
+            return _render(queue.park(_todo_id(todo_id), agent=auth.working_agent(request), **data, **park))
         return _render(queue.fail(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
@@ -574,6 +581,8 @@ class TodoReleaseApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(ReleaseInput, request.data)
+        if (park := data.pop("park")) is not None:
+            return _render(queue.park(_todo_id(todo_id), agent=auth.working_agent(request), **data, **park))
         return _render(queue.release(_todo_id(todo_id), agent=auth.working_agent(request), **data))
 
 
@@ -852,6 +861,69 @@ class QueueListApi(APIView):
                 ]
             }
         )
+
+
+def _managing_agent(request: Request) -> Agent:
+    """The caller, if it may define named limits (issue 31): staff, or an agent made with --can-manage. A limit
+    holds todos of every queue that names it, so no scope narrows this."""
+    agent = caller_agent(request)
+    if not agent.can_manage_queues:
+        if auth.is_staff_session(agent):
+            raise PermissionDenied("This needs the todos.change_queue permission, as in the admin.")
+        raise PermissionDenied("This agent may not manage limits (create_agent --can-manage).")
+    return agent
+
+
+class LimitDetailApi(APIView):
+    @extend_schema(
+        operation_id="limits_retrieve",
+        summary="One named limit",
+        **docs.documented(LimitSerializer, (401, 404), []),
+    )
+    def get(self, request: Request, name: str) -> Response:
+        caller_agent(request)
+        return Response(LimitSerializer(flow.get(name)).data)
+
+    @extend_schema(
+        operation_id="limits_put",
+        summary="Define a named limit",
+        description='A limit shared by every queue and todo that names it (`limits: ["openai"]` on create, '
+        "batch items and a queue's PATCH): `max_claimed` live leases of its todos at once, `rate_per_second` / "
+        "`rate_burst` a token bucket (it starts full), `per_key` live leases per fair_key times the key's weight. "
+        "The whole setting: a field left out is null. A park stays. 201 when created. Staff or `--can-manage`.",
+        request=LimitInput,
+        **docs.documented({200: LimitSerializer, 201: LimitSerializer}, (400, 401, 403), []),
+    )
+    def put(self, request: Request, name: str) -> Response:
+        _managing_agent(request)
+        data = _valid(LimitInput, request.data)
+        limit, created = flow.put(name, **data)
+        return Response(LimitSerializer(limit).data, status=201 if created else 200)
+
+    @extend_schema(
+        operation_id="limits_destroy",
+        summary="Remove a named limit",
+        description="Its name then limits nothing (todos and queues keep naming it); answers it as it was. "
+        "Staff or `--can-manage`.",
+        request=None,
+        **docs.documented(LimitSerializer, (401, 403, 404), []),
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        _managing_agent(request)
+        return Response(LimitSerializer(flow.delete(name)).data)
+
+
+class LimitParkApi(APIView):
+    @extend_schema(
+        operation_id="limits_unpark",
+        summary="Lift a park",
+        description="The limit's todos are claimable again from the next claim. Staff or `--can-manage`.",
+        request=None,
+        **docs.documented(LimitSerializer, (401, 403, 404), []),
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        _managing_agent(request)
+        return Response(LimitSerializer(flow.unpark(name)).data)
 
 
 class ScheduleListApi(APIView):

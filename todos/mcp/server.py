@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -32,7 +33,7 @@ from switchboard.api import error_body
 from switchboard.mounted import CALLER_SCOPE_KEY
 from todos import auth, budgets
 from todos.errors import BudgetExceeded
-from todos.mcp import tasks, tasks_2025, tools
+from todos.mcp import events, tasks, tasks_2025, tools
 from todos.models import Agent, hash_token
 
 Scope = dict[str, Any]
@@ -84,6 +85,7 @@ def build_server() -> Server[Any]:
     )
     tasks.install(server)  # todos as MCP Tasks (todos/mcp/tasks.py)
     tasks_2025.install(server)  # and on the 2025-11-25 wire (todos/mcp/tasks_2025.py)
+    events.install(server)  # MCP Events (todos/mcp/events.py)
     return server
 
 
@@ -226,7 +228,54 @@ class McpEndpoint:
             # The 2025-11-25 wire's listening client: task status notifications (todos/mcp/tasks_2025.py).
             await tasks_2025.status_stream(agent, scope, receive, send)
             return
+        if scope.get("method") == "POST":
+            # events/stream answers a POST with an SSE stream, which the SDK's JSON-answering transport
+            # cannot: the body is read here (bounded as the SDK bounds it), and handed on unchanged otherwise.
+            body, receive = await _buffered(receive)
+            message = _json_object(body)
+            if message is not None and message.get("method") == "events/stream":
+                await events.stream(agent, message, receive, send)
+                return
         await self._manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, receive, send)
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body (up to one byte over DATA_UPLOAD_MAX_MEMORY_SIZE, which the SDK then refuses), and a
+    ``receive`` that replays it before the rest."""
+    chunks: list[bytes] = []
+    size, more = 0, True
+    limit = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0) + 1
+    while more and size < limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), _replay([message], receive)
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = bool(message.get("more_body"))
+    body = b"".join(chunks)
+    return body, _replay([{"type": "http.request", "body": body, "more_body": more}], receive)
+
+
+def _replay(first: list[dict[str, Any]], receive: Receive) -> Receive:
+    pending = list(first)
+
+    async def replayed() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        message: dict[str, Any] = await receive()
+        return message
+
+    return replayed
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    if b"events/stream" not in body:  # the common case: no parse
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 async def resource_metadata(scope: Scope, receive: Receive, send: Send) -> None:

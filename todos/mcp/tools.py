@@ -177,6 +177,9 @@ def _with_receipt(
     async def call(agent: Agent, args: Args) -> JSONObject:
         todo_id = _todo_id(args)
         data = _valid(serializer_class, args)
+        if (park := data.pop("park", None)) is not None:  # fail's and release's park (issue 31), as over REST
+            data.pop("retry_in_seconds", None)
+            return await in_thread(lambda: _one(queue.park(todo_id, agent=agent, **data, **park)))
         return await in_thread(lambda: _one(transition(todo_id, agent=agent, **data)))
 
     return call

@@ -7,14 +7,15 @@ Every door, the batch ones included, is counted in switchboard_todo_transitions_
 the cursor and row plumbing is in todos/rows.py.
 
 The modules mirror todos/sql/: ``create``, ``claim``, ``lease`` (the holder's doors), ``waits``,
-``operators``, ``reaper`` and ``trees`` (issue 30: cascades, late results, budgets); ``_common`` holds what
-they share. Callers import this package and use its
-names, never a module's.
+``operators``, ``reaper``, ``flow`` (parking on a quota wall, issue 31) and ``trees`` (issue 30: cascades, late
+results, budgets); ``_common`` holds what they share. Callers import this package and use its names, never a
+module's.
 """
 
 from todos.queue._common import JSON
 from todos.queue.claim import claim, claim_next
 from todos.queue.create import CREATE_FIELDS, TodoRef, create, create_many
+from todos.queue.flow import park
 from todos.queue.lease import complete, complete_many, fail, heartbeat, release
 from todos.queue.operators import (
     cancel,
@@ -36,6 +37,7 @@ from todos.queue.people import decide, escalate_people, reassign, remind_people
 from todos.queue.reaper import (
     LapseResult,
     ReapResult,
+    expire_unstarted,
     promote_due_retries,
     promote_due_scheduled,
     reap_once,
@@ -64,10 +66,12 @@ __all__ = [
     "discard",
     "discard_many",
     "escalate_people",
+    "expire_unstarted",
     "fail",
     "force_release",
     "force_release_many",
     "heartbeat",
+    "park",
     "promote_due_retries",
     "promote_due_scheduled",
     "reap_once",

@@ -10,9 +10,12 @@ from django.conf import settings
 from django.db import connection
 
 from todos import sql
-from todos.errors import TodoConflict, TodoNotFound
+from todos.errors import TodoConflict, TodoNotFound, TodoSuperseded
 from todos.models import Agent, Todo, TodoState, visible_patterns
 from todos.states import PRIORITY_MAX, PRIORITY_MIN
+
+# The reason a create with supersede cancels the todo it replaces with (issue 31, todos/sql/flow.py SUPERSEDE).
+SUPERSEDED = "superseded"
 
 JSON = Any
 
@@ -64,7 +67,10 @@ def miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = 
         row = cursor.fetchone()
     if row is None:
         return TodoNotFound(f"No todo {todo_id}.")
-    state, dead, current_lease, owner_agent, paused, limited, budget_spent = row
+    state, dead, current_lease, owner_agent, paused, limited, budget_spent, last_reason = row
+    if state == TodoState.CANCELLED and last_reason == SUPERSEDED:
+        # A create with supersede replaced it (issue 31): 409 superseded.
+        return TodoSuperseded(f"Cannot {action} {todo_id}: a newer todo superseded it.", state=state, dead_letter=False)
     if state == TodoState.CANCELLED:
         # A cancel revoked the lease: the worker learns here that it should stop.
         return TodoConflict(f"Cannot {action} {todo_id}: it was cancelled.", state=state, dead_letter=False)

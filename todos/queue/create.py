@@ -20,6 +20,7 @@ from todos.errors import (
     TodoConflict,
     TodoNotFound,
 )
+from todos.flow import limit_names_problem
 from todos.limits import (
     MAX_CREATE_BATCH,
     MAX_DELAY_SECONDS,
@@ -38,7 +39,7 @@ from todos.models import (
     new_webhook_secret,
     visible_patterns,
 )
-from todos.queue._common import JSON, priority_problem
+from todos.queue._common import JSON, SUPERSEDED, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
 from todos.queue.trees import CHILDREN_POLICIES
@@ -67,6 +68,9 @@ CREATE_FIELDS = (
     "children",
     "budget",
     "callback",
+    "limits",
+    "expires_at",
+    "expire_after_seconds",
 )
 
 
@@ -95,6 +99,11 @@ def create(
     children: str = "keep",
     budget: Mapping[str, float] | None = None,
     callback: Mapping[str, Any] | None = None,
+    limits: Sequence[str] | None = None,
+    supersede: bool = False,
+    debounce_seconds: float | None = None,
+    expires_at: datetime | None = None,
+    expire_after_seconds: float | None = None,
 ) -> tuple[Todo, bool]:
     """-> pending, or -> scheduled when ``run_at`` (or now + ``delay_seconds``; not both) is in the future,
     or -> waiting while any of ``depends_on`` (todo ids the creator can see) is unfinished. Idempotent: if a
@@ -115,6 +124,13 @@ def create(
     gets there, a signed webhook of ``todo.done`` / ``todo.dead_lettered`` with the todo's JSON goes to the
     URL (todos/notices.py), signed with the creating agent's webhook_secret. The URL passes the SSRF guard
     (400 naming ``callback.url``).
+    ``limits``: names of limits (issue 31, todos/flow.py) the todo is held by, beside its queue's.
+    ``supersede`` (issue 31): cancel the runnable todo holding ``idempotency_key`` (reason ``superseded``; a
+    claimed one's holder gets 409 superseded on its next step) and create this one, in one transaction.
+    ``expires_at`` or ``expire_after_seconds`` (issue 31): a start-by deadline; not claimed by then, the todo
+    is cancelled with reason ``expired``.
+    ``debounce_seconds`` N: one todo per key, running N seconds after the last create (a pending or scheduled
+    holder's run_at moves to now + N and it is returned, not created).
     """
     item = {
         "queue": queue,
@@ -137,8 +153,59 @@ def create(
         "children": children,
         "budget": budget,
         "callback": callback,
+        "limits": limits,
+        "expires_at": expires_at,
+        "expire_after_seconds": expire_after_seconds,
     }
+    if supersede or debounce_seconds is not None:
+        return _create_by_key(item, agent, parent, supersede=supersede, debounce_seconds=debounce_seconds)
     return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
+
+
+def _create_by_key(
+    item: dict[str, Any],
+    agent: Agent | None,
+    parent: Mapping[str, str] | None,
+    *,
+    supersede: bool,
+    debounce_seconds: float | None,
+) -> tuple[Todo, bool]:
+    """create with supersede or debounce_seconds (issue 31, todos/sql/flow.py SUPERSEDE and DEBOUNCE)."""
+    if not isinstance(supersede, bool):
+        raise InvalidTransitionInput("supersede must be true or false.", field="supersede")
+    if supersede and debounce_seconds is not None:
+        raise InvalidTransitionInput("Give supersede or debounce_seconds, not both.", field="debounce_seconds")
+    field = "supersede" if supersede else "debounce_seconds"
+    if not item.get("idempotency_key"):
+        raise InvalidTransitionInput(f"{field} needs an idempotency_key: the key it acts by.", field=field)
+    if debounce_seconds is not None:
+        if (
+            isinstance(debounce_seconds, bool)
+            or not isinstance(debounce_seconds, int | float)
+            or not 0 <= debounce_seconds <= MAX_DELAY_SECONDS
+        ):
+            raise InvalidTransitionInput(
+                f"debounce_seconds must be between 0 and {MAX_DELAY_SECONDS}.", field="debounce_seconds"
+            )
+        if item.get("run_at") is not None or item.get("delay_seconds") is not None:
+            raise InvalidTransitionInput(
+                "debounce_seconds sets when it runs: not with run_at or delay_seconds.", field="debounce_seconds"
+            )
+    _check_item(item, agent, None, {})  # before the supersede: a bad create changes nothing
+    key = {"queue": item["queue"], "key": item["idempotency_key"], "visible": visible_patterns(agent)}
+    with transaction.atomic():
+        if supersede:
+            fetch_todos(sql.SUPERSEDE, {**key, "operator": agent.name if agent else "system", "reason": SUPERSEDED})
+            return _create_many([item], agent, _WHOLE, batch=False, parent=parent)[0]
+        moved = fetch_todos(sql.DEBOUNCE, {**key, "seconds": float(debounce_seconds or 0)})
+        if moved:
+            return moved[0], False
+        todo, created = _create_many(
+            [{**item, "delay_seconds": float(debounce_seconds or 0)}], agent, _WHOLE, batch=False, parent=parent
+        )[0]
+        if not created and (moved := fetch_todos(sql.DEBOUNCE, {**key, "seconds": float(debounce_seconds or 0)})):
+            return moved[0], False  # a concurrent create made it first: moved all the same
+        return todo, created
 
 
 def create_many(
@@ -246,6 +313,21 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
     counters(item.get("budget"), "budget", positive=True, index=index)
     if (callback := item.get("callback")) is not None:
         _check_callback(callback, agent, index)
+    if (problem := limit_names_problem(item.get("limits"))) is not None:
+        raise _invalid(problem, "limits", index)
+    expires_at, expire_after = item.get("expires_at"), item.get("expire_after_seconds")
+    if expires_at is not None and expire_after is not None:
+        raise _invalid("Give expires_at or expire_after_seconds, not both.", "expires_at", index)
+    if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
+        raise _invalid("expires_at needs a time zone offset (RFC 3339).", "expires_at", index)
+    if expire_after is not None and (
+        isinstance(expire_after, bool)
+        or not isinstance(expire_after, int | float)
+        or not 0 < expire_after <= MAX_DELAY_SECONDS
+    ):
+        raise _invalid(
+            f"expire_after_seconds must be above 0 and at most {MAX_DELAY_SECONDS}.", "expire_after_seconds", index
+        )
     if item.get("on_dependency_failure", OnDependencyFailure.CANCEL) not in _POLICIES:
         raise _invalid("on_dependency_failure must be 'cancel' or 'run'.", "on_dependency_failure", index)
     earlier = item.get("depends_on_index") or ()
@@ -307,6 +389,12 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
         row["has_dependents"] = True
     if item.get("children") == "cancel":  # "keep" is NULL: a plain create writes nothing more
         row["children"] = "cancel"
+    if names := item.get("limits"):  # NULL for none: a plain create writes nothing more
+        row["limits"] = sorted(set(names))
+    if (expires_at := item.get("expires_at")) is not None:
+        row["expires_at"] = expires_at.isoformat()
+    if (expire_after := item.get("expire_after_seconds")) is not None:
+        row["expire_after"] = expire_after
     return row
 
 

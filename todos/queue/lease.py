@@ -85,8 +85,8 @@ def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None, 
             count_usage(todo.queue, agent.name, usage)
         return todo
     except TodoConflict as conflict:
-        if conflict.state != TodoState.CANCELLED:
-            raise
+        if conflict.state != TodoState.CANCELLED or conflict.code != TodoConflict.code:
+            raise  # not a cancel (a supersede says so itself, issue 31)
         kept = trees.keep_late_result(todo_id, agent=agent, lease_id=lease_id, result=result)
         raise TodoConflict(
             f"Cannot complete {todo_id}: it was cancelled."

@@ -32,6 +32,7 @@ class ReapResult:
     cascaded: int = 0
     people_reminded: int = 0
     people_escalated: int = 0
+    expired: int = 0
 
     @property
     def total(self) -> int:
@@ -44,6 +45,7 @@ class ReapResult:
             + self.cascaded
             + self.people_reminded
             + self.people_escalated
+            + self.expired
         )
 
 
@@ -104,6 +106,7 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     escalated = _in_batches(lambda: people.escalate_people(batch=batch), batch, should_stop)
     _in_batches(lambda: people.delete_expired_links(batch=batch), batch, should_stop)
     cascaded = 0 if should_stop and should_stop() else resume_cascades()
+    expired = _in_batches(lambda: expire_unstarted(batch=batch), batch, should_stop)
     return ReapResult(
         requeued=requeued,
         dead_lettered=dead,
@@ -113,7 +116,17 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
         cascaded=cascaded,
         people_reminded=reminded,
         people_escalated=escalated,
+        expired=expired,
     )
+
+
+def expire_unstarted(*, batch: int) -> int:
+    """One batch of todos past their start-by deadline (expires_at) that no claim took: -> cancelled, reason
+    ``expired`` (todos/sql/flow.py EXPIRE; issue 31)."""
+    expired = len(fetchall(sql.EXPIRE, {"batch": batch, "operator": "reaper", "reason": "expired", "visible": ["%"]}))
+    if expired:
+        TRANSITIONS.labels(verb="expire", outcome="ok").inc(expired)
+    return expired
 
 
 def time_out_waits(*, batch: int) -> int:

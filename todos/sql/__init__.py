@@ -16,7 +16,7 @@ once; the index each statement relies on is the one whose predicate is that same
 (todos/models.py).
 
 The statements live in one module per seam of the queue (claim, create, reaper, waits, dependencies, lease,
-operators, reads, retention, queue_controls); what several of them share is in common. This package re-exports
+operators, reads, retention, queue_controls, flow); what several of them share is in common. This package re-exports
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
@@ -37,6 +37,18 @@ from todos.sql.create import (
     UNREGISTERED_QUEUES,
 )
 from todos.sql.dependencies import DEPENDENCIES_OF, LINK, REFS_BY_ID, REPOINT, SETTLE, TODOS_BY_ID
+from todos.sql.flow import (
+    BLOCKED_OF,
+    DEBOUNCE,
+    DELETE_LIMIT,
+    EXPIRE,
+    GET_LIMIT,
+    HELD_LIMITS,
+    PARK,
+    PUT_LIMIT,
+    SUPERSEDE,
+    UNPARK,
+)
 from todos.sql.lease import (
     COMPLETE,
     COMPLETE_MANY,
@@ -107,6 +119,7 @@ from todos.sql.waits import (
 __all__ = [
     "ADMIT_NEW_QUEUES",
     "AGENT_LOCK",
+    "BLOCKED_OF",
     "BRIEF_COLUMNS",
     "BUDGET_OPEN",
     "CANCEL",
@@ -125,16 +138,21 @@ __all__ = [
     "CREATE_MANY",
     "CREATE_MANY_BRIEF",
     "CURRENT_STATE",
+    "DEBOUNCE",
     "DECIDE",
     "DELETE_EXPIRED_LINKS",
+    "DELETE_LIMIT",
     "DEPENDENCIES_OF",
     "DISCARD",
     "ESCALATE_PEOPLE",
     "EVENT_PAGE",
+    "EXPIRE",
     "FAIL",
     "FORCE_RELEASE",
+    "GET_LIMIT",
     "HEARTBEAT",
     "HEARTBEAT_USAGE",
+    "HELD_LIMITS",
     "INBOX",
     "LATE_RESULT",
     "LINK",
@@ -145,6 +163,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "OPEN_EVENT_WAITS",
     "ORPHANS",
+    "PARK",
     "PAUSE_QUEUE",
     "PER_MINUTE",
     "PROMOTE_DUE_RETRIES",
@@ -154,6 +173,7 @@ __all__ = [
     "PURGE_DEAD",
     "PURGE_DONE",
     "PURGE_EVENTS",
+    "PUT_LIMIT",
     "QUEUE_CONTROLS",
     "QUEUE_STATS",
     "REASSIGN",
@@ -181,6 +201,7 @@ __all__ = [
     "SET_QUEUE_LIMITS",
     "SPAWN_CAPS",
     "SPEND_LINK",
+    "SUPERSEDE",
     "TIME_OUT_WAITS",
     "TODOS_BY_ID",
     "TODO_COLUMNS",
@@ -188,6 +209,7 @@ __all__ = [
     "TREE_OF_ROOT",
     "TREE_WALK",
     "UNCOUNT_DESCENDANTS",
+    "UNPARK",
     "UNREGISTERED_QUEUES",
     "USABLE_LINK",
     "WAIT",

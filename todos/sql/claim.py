@@ -1,6 +1,7 @@
 """Claims (claim_next, claim) and the queue controls' CTEs every claim starts with."""
 
 from todos import states as S
+from todos.sql import flow
 from todos.sql.common import _ERRORS_KEPT, _RETURNING_T
 from todos.sql.trees import BUDGET_OPEN
 
@@ -11,8 +12,10 @@ CLAIM_ORDER = S.claim_order_sql()
 
 # What a claim may take: pending, a lapsed lease below its cap (SPEC decision 1; one at its cap is
 # never handed out again, the reaper dead-letters it), a failed todo whose retry is due, or a scheduled
-# todo whose run_at has come. The assignee, if any, must be the claimer.
-_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}"""
+# todo whose run_at has come. The assignee, if any, must be the claimer, and a todo never claimed must not be
+# past its start-by deadline (NOT_EXPIRED, issue 31).
+_CLAIMABLE = f"""(t.assignee IS NULL OR t.assignee = %(agent)s) AND {S.CLAIMABLE.sql("t")}
+    AND {flow.not_expired("t")}"""
 
 _CLAIM_SET = f"""
     state = 'claimed',
@@ -50,13 +53,23 @@ _CLAIM_SET = f"""
 #    most floor(tokens), and ``queue_writeback`` writes back what it took, in the same statement, under the
 #    lock. A claim that takes nothing writes nothing: refilling later from the old refilled_at gives the same.
 #    GREATEST: a claimer whose transaction started before the last writer's never refills backwards.
-#  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is not locked: its claimers lock keys
-#    instead (CLAIM_NEXT_FAIR), so they run side by side. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair
-#    settings (``fair``); the plain CLAIM_NEXT reads what it read before fair share, plus ``keyed``.
+#  * A keyed queue (fair, or with max_claimed_per_key: issue 22) is locked the same way by CLAIM_NEXT_FAIR and
+#    CLAIM_ONE (issue 31, _SERIALIZED below): its claimers take turns, one claim statement each, and lock keys
+#    only under it. Only CLAIM_NEXT_FAIR and CLAIM_ONE read the fair settings (``fair``); the plain CLAIM_NEXT
+#    reads what it read before fair share, plus ``keyed``.
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
 # The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
 # caller's: a one-time filter over ``queues``, which it reads anyway.
-_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed)"
+_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow)"
+# A queue that names limits (issue 31): its claims are CLAIM_NEXT_FAIR's, as a keyed queue's.
+_FLOW = "(q.limits IS NOT NULL)"
+# The queues whose claims take turns on the queue's row (issue 31): limited ones (their count and bucket) and
+# keyed ones (fair share and max_claimed_per_key). Keyed claimers once locked only the keys they took, SKIP
+# LOCKED, so while one held the heavy key the others skipped to the light ones: weights 3:1 came out 1.79:1
+# at 4 claimers. Holding the queue's row for one claim statement, each fair claim sees the passes its
+# predecessor wrote (the walk reads them with a fresh snapshot) and takes the lowest tags of all the keys: the
+# weights are exact by construction at any number of claimers, and a batch fills from one key.
+_SERIALIZED = "(queues.limited OR queues.keyed)"
 
 
 def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
@@ -65,7 +78,8 @@ def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
     at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
     if not fair:
         return f"""queues AS MATERIALIZED (
-    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
+        {_FLOW} AS flow
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -76,7 +90,7 @@ limited AS MATERIALIZED (
             AS tokens
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
-      AND NOT {_KEYED}  -- and fair share set meanwhile: its caps are CLAIM_NEXT_FAIR's to keep
+      AND NOT {_KEYED} AND NOT {_FLOW}  -- and fair share or limits set meanwhile: CLAIM_NEXT_FAIR's to keep
       AND {_NO_KEYED}
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
@@ -92,7 +106,8 @@ quotas AS MATERIALIZED (
 )"""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
-        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round
+        q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round, {_FLOW} AS flow, q.limits AS qlimits,
+        q.rate_per_key AS key_rate
     FROM todos_queue q
     WHERE {eligible} AND NOT q.paused
 ),
@@ -101,19 +116,19 @@ limited AS MATERIALIZED (
         CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
             + GREATEST(EXTRACT(EPOCH FROM now() - q.refilled_at)::double precision, 0) * q.rate_per_second) END
             AS tokens,
-        queues.keyed
+        queues.keyed, q.fair_round
     FROM queues JOIN todos_queue q ON q.name = queues.name
-    WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
+    WHERE {_SERIALIZED} AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
 ),
 quotas AS MATERIALIZED (
-    SELECT name, %(limit)s::integer AS quota, keyed FROM queues WHERE NOT limited
+    SELECT name, %(limit)s::integer AS quota, keyed, fair_round FROM queues WHERE NOT {_SERIALIZED}
     UNION ALL
     -- LEAST ignores NULLs: a control that is not set does not limit.
     SELECT name, GREATEST(LEAST(%(limit)s::integer,
         CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
-        floor(tokens)::integer), 0), keyed
+        floor(tokens)::integer), 0), keyed, fair_round
     FROM limited
 )"""
 
@@ -140,7 +155,7 @@ def _time_branches(columns: str) -> str:
     CROSS JOIN LATERAL (
         SELECT {cols("t")} FROM todos_todo t
         WHERE {S.SCHEDULED_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.run_at
         LIMIT quotas.quota
         FOR UPDATE SKIP LOCKED
@@ -159,7 +174,7 @@ due AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT {cols("t")} FROM todos_todo t
         WHERE {S.RETRY_DUE.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (next_retry_at is never null here): only todo_retry_queue_due yields this order, so
         -- each queue's due range is one descent that stops after its quota. Across queues in due order,
         -- a generic plan once read every due retry of every queue through that index and sorted them.
@@ -219,10 +234,10 @@ _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
 CLAIM_NEXT = f"""
 WITH {_queue_quotas(_CALLERS)},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at FROM quotas CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
         -- created_at index and walked the done history at its head on every claim (migration 0007: in a
@@ -232,18 +247,18 @@ pending AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-{_time_branches("id, queue, priority, run_at")}
+{_time_branches("id, queue, priority, run_at, limits")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
 chosen AS MATERIALIZED (
     -- No limited queue among the caller's (a one-time filter): the candidates in claim order, as wave 1
     -- took them.
-    (SELECT id, queue FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
+    (SELECT id, queue, limits FROM candidates WHERE NOT EXISTS (SELECT FROM limited)
      ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota.
-    (SELECT id, queue FROM (
+    (SELECT id, queue, limits FROM (
         SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY {S.claim_order_sql("c")}) AS nth
         FROM candidates c WHERE EXISTS (SELECT FROM limited)
     ) ranked JOIN quotas ON quotas.name = ranked.queue
@@ -251,15 +266,21 @@ chosen AS MATERIALIZED (
     ORDER BY {S.claim_order_sql("ranked")}
     LIMIT {_LIMIT})
 ),
-{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
+-- A chosen todo that names a limit (issue 31) is CLAIM_NEXT_FAIR's: this statement then takes nothing (and
+-- charges no bucket) and answers the row of NULLs. A plain todo's limits column is NULL: one test per chosen row.
+handed AS MATERIALIZED (
+    SELECT id, queue FROM chosen WHERE NOT EXISTS (SELECT FROM chosen c WHERE c.limits IS NOT NULL)
+),
+{_bucket("SELECT queue, count(*) AS n FROM handed GROUP BY queue")},
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
-    WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
+    WHERE t.id = ANY(ARRAY(SELECT id FROM handed))
     RETURNING {_RETURNING_T}
 )
 SELECT * FROM claimed
 UNION ALL
-{_RUN_FAIR} WHERE EXISTS (SELECT FROM queues WHERE keyed)
+{_RUN_FAIR}
+WHERE EXISTS (SELECT FROM queues WHERE keyed OR flow) OR EXISTS (SELECT FROM chosen WHERE limits IS NOT NULL)
 """
 
 # claim_next_fair: CLAIM_NEXT when a keyed queue is among the caller's queues (queue.claim_next runs it when
@@ -280,20 +301,23 @@ UNION ALL
 #    urgent todo waiting behind other tenants' routine ones would defeat it.
 #  * The walk (todos_fair_walk, migration 0016) reads todos_fairkey in (queue, vtime, key) order and
 #    stops at the first %(limit)s keys with pending work at that priority (an EXISTS on todo_fair_pending)
-#    and live leases below the cap, locking each FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers take
-#    different keys side by side, and no key's pass or count is read by two at once. The queue's row is
-#    not locked. The walk is a VOLATILE function: it must see the passes and leases that claims committed
-#    after this statement's snapshot (issue 13: a snapshot older than the lock let 21 claims through a cap
-#    of 3), and a key updated meanwhile is re-checked on its latest row, cap count included.
+#    and live leases below the cap, locking each FOR NO KEY UPDATE SKIP LOCKED. Since issue 31 the walk runs
+#    under the queue row's lock (``limited``, _SERIALIZED): fair claimers of one queue take turns, one statement
+#    each, so none skips a key another holds (that skipping let the light keys' claims through out of turn:
+#    weights 3:1 came out 1.79:1 at 4 claimers). Only a claim by id (CLAIM_ONE, which also takes the queue's
+#    row first) can hold a key meanwhile. The walk is a VOLATILE function: it must see the passes and leases
+#    that claims committed after this statement's snapshot (issue 13: a snapshot older than the lock let 21
+#    claims through a cap of 3), and a key updated meanwhile is re-checked on its latest row, cap count
+#    included.
 #  * The keys of lapsed, due and scheduled candidates are locked the same way (todos_fair_lock_key); they
 #    compete by their key's tag and count toward its cap. A candidate whose key another claimer holds, or
 #    that is at its cap, is left.
 #  * R moves to the lowest start a claim took once it is a whole round (1) ahead, so it is written about
-#    once a round rather than by every claim (the queue's row would serialize claimers): a returning key
-#    may so start up to one round early, never more.
-#  * A claim takes at most ceil(weight(k)) todos from a key (one round's worth), also in a batch: a claimer
-#    that holds one key while others hold the rest then cannot take a whole batch from it out of turn. A
-#    batch on a queue with few keys may so bring fewer than %(limit)s.
+#    once a round rather than by every claim: a returning key may so start up to one round early, never
+#    more. R is read from the locked row (``quotas``), never from the statement's older snapshot.
+#  * A batch takes the %(limit)s lowest tags over the walked keys (the first %(limit)s keys by start: no
+#    key beyond them has a lower first tag), as many from one key as its tags win (issue 31: 3 keys, limit 9:
+#    3 each; one key, limit 30: 30), up to the key's room under max_claimed_per_key.
 #  * Keys are registered by the todo table's triggers when they get pending work (migration 0016). The
 #    key of the queue's most urgent pending todo is registered by the claim if it has no row (a create that
 #    committed while the queue became fair): it is served from the next claim. A claim deletes those of the
@@ -304,11 +328,11 @@ UNION ALL
 CLAIM_NEXT_FAIR = f"""
 WITH {_queue_quotas(_CALLERS, fair=True)},
 pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM (SELECT * FROM quotas WHERE NOT keyed) quotas
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits
+    FROM (SELECT * FROM quotas WHERE NOT keyed) quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
         -- so no other index can ever serve this order: the planner once served the claim from the admin's
         -- created_at index and walked the done history at its head on every claim (migration 0007: in a
@@ -319,14 +343,12 @@ pending AS MATERIALIZED (
     ) p
 ),
 fair_queues AS MATERIALIZED (
-    SELECT k.name, k.quota, q.fair_weights, q.key_cap, q.fair_round, head.priority AS top, head.fair_key AS head_key
+    SELECT k.name, k.quota, q.fair_weights, q.key_cap, k.fair_round, head.priority AS top, head.fair_key AS head_key,
+        q.key_rate
     FROM (SELECT * FROM quotas WHERE keyed AND quota > 0) k JOIN queues q ON q.name = k.name
-    CROSS JOIN LATERAL (
-        SELECT t.priority, t.fair_key FROM todos_todo t
-        WHERE {S.PENDING.sql("t")} AND t.queue = k.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
-        ORDER BY t.priority, t.run_at NULLS FIRST
-        LIMIT 1
-    ) head
+    -- With a fresh snapshot, after the queue's row is taken (quotas): this statement's snapshot may still show
+    -- the todos the claimer before it took as pending, and a top priority only they had would walk no key.
+    CROSS JOIN LATERAL todos_fair_head(k.name, %(agent)s) head
 ),
 fair_register AS (
     INSERT INTO todos_fairkey (queue, key, vtime)
@@ -335,24 +357,30 @@ fair_register AS (
     ON CONFLICT DO NOTHING
 ),
 fair_keys AS MATERIALIZED (
-    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, ceil(weight)::integer, room) AS room FROM (
-        SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start,
-            COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight,
-            CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room
-        FROM fair_queues fq CROSS JOIN LATERAL todos_fair_walk(fq.name, fq.top, %(agent)s, fq.quota, fq.key_cap) w
+    SELECT queue, key, start, weight, LEAST(%(limit)s::integer, room, floor(tokens)::integer) AS room, tokens,
+        key_rate
+    FROM (
+        SELECT fq.name AS queue, w.key, GREATEST(w.vtime, fq.fair_round) AS start, wt.weight,
+            CASE WHEN fq.key_cap IS NOT NULL THEN fq.key_cap - todos_fair_live_leases(fq.name, w.key) END AS room,
+            -- a per-key rate (issue 31): the key's bucket, read fresh under its lock; NULL without rate_per_key
+            todos_fair_key_tokens(fq.name, w.key, fq.key_rate * wt.weight) AS tokens,
+            fq.key_rate * wt.weight AS key_rate
+        FROM fair_queues fq CROSS JOIN LATERAL todos_fair_walk(
+            fq.name, fq.top, %(agent)s, fq.quota, fq.key_cap, fq.key_rate, fq.fair_weights) w
+        CROSS JOIN LATERAL (SELECT COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight) wt
     ) k
 ),
 fair_pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key FROM fair_keys fk CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key FROM todos_todo t
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.priority, t.run_at
         LIMIT fk.room
         FOR UPDATE SKIP LOCKED
     ) p
 ),
-{_time_branches("id, queue, priority, run_at, fair_key")}
+{_time_branches("id, queue, priority, run_at, fair_key, limits")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
 ),
@@ -361,20 +389,31 @@ candidates AS (
 fair_rooms AS MATERIALIZED (
     SELECT * FROM fair_keys
     UNION ALL
-    SELECT k.queue, lk.key, GREATEST(lk.vtime, q.fair_round), w.weight,
-        LEAST(%(limit)s::integer, ceil(w.weight)::integer,
-            CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END)
+    SELECT k.queue, lk.key, GREATEST(lk.vtime, qu.fair_round), w.weight,
+        LEAST(%(limit)s::integer,
+            CASE WHEN q.key_cap IS NOT NULL THEN q.key_cap - todos_fair_live_leases(k.queue, lk.key) END,
+            floor(todos_fair_key_tokens(k.queue, lk.key, q.key_rate * w.weight))::integer),
+        todos_fair_key_tokens(k.queue, lk.key, q.key_rate * w.weight), q.key_rate * w.weight
     FROM (
         SELECT DISTINCT c.queue, c.fair_key FROM candidates c JOIN queues q ON q.name = c.queue AND q.keyed
         WHERE NOT EXISTS (SELECT FROM fair_keys fk WHERE fk.queue = c.queue AND fk.key = c.fair_key)
-    ) k JOIN queues q ON q.name = k.queue
+    ) k JOIN queues q ON q.name = k.queue JOIN quotas qu ON qu.name = k.queue
     CROSS JOIN LATERAL todos_fair_lock_key(k.queue, k.fair_key, q.key_cap, false) lk
     CROSS JOIN LATERAL (SELECT COALESCE((q.fair_weights ->> lk.key)::double precision, 1) AS weight) w
 ),
+-- Named limits (issue 31, todos/sql/flow.py): the candidates held by a limit, and those the limits refuse.
+flow_pool AS MATERIALIZED (
+    SELECT c.id, c.queue, c.priority, c.run_at, c.fair_key, {flow.held_by("c.limits", "q.qlimits")} AS lims,
+        q.fair_weights AS weights
+    FROM (SELECT * FROM candidates UNION ALL SELECT * FROM fair_pending) c JOIN queues q ON q.name = c.queue
+    WHERE c.limits IS NOT NULL OR q.qlimits IS NOT NULL
+),
+{flow.claim_ctes("flow_pool")}
 chosen AS MATERIALIZED (
     -- No limited or keyed queue among the caller's (a one-time filter): the candidates in claim order, as
     -- wave 1 took them.
     (SELECT id, queue, fair_key FROM candidates WHERE NOT EXISTS (SELECT FROM queues WHERE limited OR keyed)
+       AND id NOT IN (SELECT id FROM flow_blocked)
      ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT})
     UNION ALL
     -- Otherwise nth, the candidate's place in its queue, keeps no queue above its quota; in a keyed queue
@@ -386,7 +425,7 @@ chosen AS MATERIALIZED (
                 SELECT c.*,
                     row_number() OVER (PARTITION BY c.queue, c.fair_key ORDER BY c.priority, c.run_at) AS nth_key
                 FROM (SELECT * FROM candidates UNION ALL SELECT * FROM fair_pending) c
-                WHERE EXISTS (SELECT FROM queues WHERE limited OR keyed)
+                WHERE EXISTS (SELECT FROM queues WHERE limited OR keyed) AND c.id NOT IN (SELECT id FROM flow_blocked)
             ) c LEFT JOIN fair_rooms r ON r.queue = c.queue AND r.key = c.fair_key
         ) c JOIN quotas ON quotas.name = c.queue
         WHERE NOT quotas.keyed OR (c.held IS NOT NULL AND c.nth_key <= c.room)
@@ -396,15 +435,18 @@ chosen AS MATERIALIZED (
     LIMIT {_LIMIT})
 ),
 fair_taken AS MATERIALIZED (
-    SELECT r.queue, r.key, r.start, r.weight, count(*) AS n
+    SELECT r.queue, r.key, r.start, r.weight, r.tokens, r.key_rate, count(*) AS n
     FROM chosen JOIN fair_rooms r ON r.queue = chosen.queue AND r.key = chosen.fair_key
-    GROUP BY 1, 2, 3, 4
+    GROUP BY 1, 2, 3, 4, 5, 6
 ),
 -- An UPDATE, not an upsert: a key registered by this very statement (todos_fair_lock_key, fair_register) is
 -- not in its snapshot, and an upsert of it would fail ("cannot affect row a second time"); such a key keeps
 -- pass 0 and starts at the round at its next claim as well (one turn early, once).
 fair_state AS (
-    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight
+    UPDATE todos_fairkey k SET vtime = ft.start + ft.n / ft.weight,
+        -- a per-key rate's bucket, written back under the key's lock (issue 31)
+        tokens = CASE WHEN ft.key_rate IS NOT NULL THEN ft.tokens - ft.n ELSE k.tokens END,
+        refilled_at = CASE WHEN ft.key_rate IS NOT NULL THEN now() ELSE k.refilled_at END
     FROM fair_taken ft WHERE k.queue = ft.queue AND k.key = ft.key
 ),
 fair_round AS (
@@ -431,7 +473,8 @@ fair_pruned AS (
         FOR UPDATE OF l SKIP LOCKED
     ) AND NOT todos_fair_key_pending(k.queue, k.key)
 ),
-{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")}
+{_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
+{flow.bucket("flow_pool", "SELECT id FROM chosen")}
 UPDATE todos_todo t SET {_CLAIM_SET}
 WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING {_RETURNING_T}
@@ -450,19 +493,30 @@ CLAIM_ONE = f"""
 WITH {_queue_quotas(_ITS_QUEUE, fair=True)},
 -- Its key at its cap (or never locked): checked only on a queue with max_claimed_per_key (key_cap IS NOT
 -- NULL comes first), so a claim on any other queue reads no more rows than before fair share.
+-- The key is locked after the queue's row (the join to quotas, whose ``limited`` locks it, comes first: the
+-- lock call names qu), the order fair claims lock in, so a claim by id and a fair claim cannot deadlock.
 key_full AS MATERIALIZED (
-    SELECT FROM queues q
+    SELECT FROM queues q JOIN quotas qu ON qu.name = q.name
     WHERE q.key_cap IS NOT NULL AND NOT EXISTS (
         SELECT FROM todos_todo t
-        WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(q.name, t.fair_key, q.key_cap, true)))
+        WHERE t.id = %(id)s AND EXISTS (SELECT FROM todos_fair_lock_key(qu.name, t.fair_key, q.key_cap, true)))
 ),
+-- Its named limits (issue 31), locked after its queue's row (the join to quotas).
+one_pool AS MATERIALIZED (
+    SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, {flow.held_by("t.limits", "q.qlimits")} AS lims,
+        q.fair_weights AS weights
+    FROM todos_todo t JOIN queues q ON q.name = t.queue JOIN quotas qu ON qu.name = t.queue
+    WHERE t.id = %(id)s AND (t.limits IS NOT NULL OR q.qlimits IS NOT NULL)
+),
+{flow.claim_ctes("one_pool")}
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
     WHERE t.id = %(id)s AND t.queue IN (SELECT name FROM quotas WHERE quota > 0) AND {_CLAIMABLE}
-      AND NOT EXISTS (SELECT FROM key_full)
+      AND NOT EXISTS (SELECT FROM key_full) AND NOT EXISTS (SELECT FROM flow_blocked)
     RETURNING {_RETURNING_T}
 ),
-{_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")}
+{_bucket("SELECT queue, count(*) AS n FROM claimed GROUP BY queue")},
+{flow.bucket("one_pool", "SELECT id FROM claimed")}
 SELECT * FROM claimed
 """
 

@@ -153,7 +153,7 @@ RETURNING {_TODO_COLUMNS}
 CURRENT_STATE = f"""
 SELECT t.state, {S.DEAD_LETTER.sql("t")} AS dead_letter, t.lease_id, split_part(t.owner, '/', 1) AS owner_agent,
     q.paused, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited,
-    NOT {BUDGET_OPEN} AS budget_spent
+    NOT {BUDGET_OPEN} AS budget_spent, t.errors -> -1 ->> 'reason' AS last_reason
 FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
 WHERE t.id = %(id)s AND t.queue LIKE ANY(%(visible)s::text[])
 """

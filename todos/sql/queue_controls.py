@@ -9,7 +9,7 @@ from todos import states as S
 from todos.sql.common import NOTIFY_CHANNEL
 
 _QUEUE_COLUMNS = """name, paused, max_claimed, rate_per_second, rate_burst, fair, fair_weights, max_claimed_per_key,
-    max_depth, max_children, max_descendants"""
+    max_depth, max_children, max_descendants, limits, rate_per_key"""
 
 
 # A queue change may make many todos claimable at once, and a notification wakes one waiter per count
@@ -61,6 +61,9 @@ UPDATE todos_queue q SET
     max_children = CASE WHEN %(set_max_children)s THEN %(max_children)s::integer ELSE q.max_children END,
     max_descendants = CASE WHEN %(set_max_descendants)s THEN %(max_descendants)s::integer
         ELSE q.max_descendants END,
+    -- named limits (issue 31) every todo of the queue is held by; NULL for none (an empty list too)
+    rate_per_key = CASE WHEN %(set_rate_per_key)s THEN %(rate_per_key)s::double precision ELSE q.rate_per_key END,
+    limits = CASE WHEN %(set_limits)s THEN NULLIF(%(limits)s::text[], '{}') ELSE q.limits END,
     rate_per_second = want.rate,
     rate_burst = want.burst,
     tokens = CASE WHEN want.rate IS NULL THEN NULL WHEN %(set_rate)s OR %(set_burst)s OR q.tokens IS NULL
@@ -76,7 +79,7 @@ FROM todos_queue cur CROSS JOIN LATERAL (
 ) want
 WHERE q.name = %(name)s AND cur.name = q.name AND q.name LIKE ANY(%(visible)s::text[])
 RETURNING q.name, q.paused, q.max_claimed, q.rate_per_second, q.rate_burst, q.fair, q.fair_weights,
-    q.max_claimed_per_key, q.max_depth, q.max_children, q.max_descendants
+    q.max_claimed_per_key, q.max_depth, q.max_children, q.max_descendants, q.limits, q.rate_per_key
 """,
     # A queue that becomes keyed registers the keys of its pending todos (the todo table's triggers register
     # the keys of those to come, todos/migrations/0016). The claim also registers the key at its queue's head,

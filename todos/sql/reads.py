@@ -3,6 +3,7 @@ when a long-poll's next claimable todo comes (todos/longpoll.py), the dashboard'
 """
 
 from todos import states as S
+from todos.sql import flow
 
 # queue_stats (todos/selectors.py; feeds GET /api/v1/queues/, the admin dashboard and /metrics): per
 # queue the caller may see, from the small registry (so an empty queue reports zeros), one grouped
@@ -79,9 +80,12 @@ ORDER BY q.name
 #    their cap, and a complete that frees a key's slot does not notify either. Telling which keys are full
 #    would count every key's leases; a claim that found nothing is the cheaper check, and the backoff
 #    bounds how often it runs. Plain queues read nothing more for it: the column is on the row read anyway.
+#  * one whose most urgent pending todo is held by named limits (issue 31, its own or its queue's): the end
+#    of the latest park among them (a quota wall resets with no write), else now (a full limit, as at
+#    max_claimed). One descent of todo_pending_claim_scan per queue, and the head's limit rows.
 SECONDS_UNTIL_CLAIMABLE = f"""
 WITH queues AS (
-    SELECT name, max_claimed, rate_per_second, rate_burst, tokens, refilled_at, max_claimed_per_key
+    SELECT name, max_claimed, rate_per_second, rate_burst, tokens, refilled_at, max_claimed_per_key, limits
     FROM todos_queue
     WHERE name LIKE ANY(%(scopes)s::text[]) AND name LIKE ANY(%(wanted)s::text[]) AND NOT paused
 ),
@@ -109,7 +113,16 @@ SELECT EXTRACT(EPOCH FROM LEAST(
      FROM waiting w WHERE w.rate_per_second IS NOT NULL),
     (SELECT min(CASE WHEN todos_live_leases(w.name) >= w.max_claimed THEN now() END)
      FROM waiting w WHERE w.max_claimed IS NOT NULL),
-    (SELECT min(now()) FROM waiting w WHERE w.max_claimed_per_key IS NOT NULL)
+    (SELECT min(now()) FROM waiting w WHERE w.max_claimed_per_key IS NOT NULL),
+    (SELECT min(COALESCE(b.until, now())) FROM queues CROSS JOIN LATERAL (
+        SELECT t.limits FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = queues.name AND (t.assignee IS NULL OR t.assignee = %(agent)s)
+        ORDER BY t.priority, t.run_at NULLS FIRST LIMIT 1
+    ) head CROSS JOIN LATERAL (
+        SELECT max(l.parked_until) FILTER (WHERE {flow.parked("l")}) AS until FROM todos_limit l
+        WHERE l.name = ANY({flow.held_by("head.limits", "queues.limits")})
+    ) b
+    WHERE head.limits IS NOT NULL OR queues.limits IS NOT NULL)
 ) - now())::double precision
 """
 

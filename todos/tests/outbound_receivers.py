@@ -4,6 +4,7 @@ answer with a status or a redirect), and an SMTP server (aiosmtpd) that keeps ea
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import ssl
 import threading
@@ -31,6 +32,7 @@ class Receiver:
     status: int = 204
     location: str | None = None  # answer every request with a 302 to here
     scheme: str = "http"
+    echo_challenge: bool = False  # answer an MCP Events verification envelope with its challenge
 
     @property
     def url(self) -> str:
@@ -48,13 +50,17 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length)
             receiver.requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            answer = b""
+            if receiver.echo_challenge and b'"verification"' in body:
+                answer = json.dumps({"challenge": json.loads(body)["challenge"]}).encode()
             if receiver.location is not None:
                 self.send_response(302)
                 self.send_header("location", receiver.location)
             else:
                 self.send_response(receiver.status)
-            self.send_header("content-length", "0")
+            self.send_header("content-length", str(len(answer)))
             self.end_headers()
+            self.wfile.write(answer)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

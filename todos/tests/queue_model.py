@@ -10,6 +10,7 @@ run_at: the creation tick, or the tick at which a scheduled todo was made due or
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from dataclasses import dataclass, field
 
 OK, NOT_FOUND, CONFLICT, FORBIDDEN = "ok", "not_found", "conflict", "forbidden"
@@ -206,10 +207,13 @@ class QueueModel:
     def _choose_fair(
         self, agent: ModelAgent, queues: set[str], mine: list[ModelTodo], candidates: list[ModelTodo], limit: int
     ) -> list[ModelTodo]:
-        """CLAIM_NEXT_FAIR with a fair queue among the caller's (weights 1, no caps, one claimer): a fair queue's
+        """CLAIM_NEXT_FAIR with a fair queue among the caller's (weights 1, no caps; concurrent claimers take
+        turns on the queue's row, so each claim is this one on the state its predecessor left): a fair queue's
         pending todos come from the walk (keys in (pass, key) order with pending work at the queue's top
-        priority, the first ``limit`` of them, one todo each); a fair queue's candidates then go first at
-        their priority, by their key's start; at most one todo per key. Key state moves as the statement's."""
+        priority, the first ``limit`` of them, up to ``limit`` todos each); every candidate of a fair queue's
+        key is tagged start + (its place among the key's candidates in claim order) (issue 31: a batch takes
+        the lowest tags, as many from one key as they win); candidates go by (priority, fair before plain,
+        tag, run order). Key state moves as the statement's."""
         held: dict[tuple[str, str], float] = {}  # (queue, key) -> start
         for t in self.todos.values():  # the triggers register every key that gets pending work
             if t.queue in self.fair and t.state == "pending":
@@ -225,21 +229,22 @@ class QueueModel:
                 )[:limit]
                 for k in keys:
                     held[(q, k)] = self._start(q, k)
-                    candidates.append(min((t for t in pending if t.fair_key == k), key=lambda t: t.claim_order))
+                    candidates += sorted((t for t in pending if t.fair_key == k), key=lambda t: t.claim_order)[:limit]
         for t in candidates:  # lapsed, due and scheduled todos of a fair queue: their keys are locked too
             if t.queue in self.fair and (t.queue, t.fair_key) not in held:
                 self.passes.setdefault((t.queue, t.fair_key), 0.0)
                 held[(t.queue, t.fair_key)] = self._start(t.queue, t.fair_key)
-        # one per key (its first in claim order), then (priority, fair queues by start, claim order)
-        first: dict[tuple[str, str], ModelTodo] = {}
-        plain: list[ModelTodo] = []
+        # the j-th candidate of a key (in claim order) is tagged start + j - 1; at most ``limit`` per key
+        nth: dict[tuple[str, str], int] = {}
+        ranked: list[tuple[int, int, float, int, ModelTodo]] = []
         for t in sorted(candidates, key=lambda t: t.claim_order):
             if t.queue in self.fair:
-                first.setdefault((t.queue, t.fair_key), t)
+                qk = (t.queue, t.fair_key)
+                nth[qk] = nth.get(qk, 0) + 1
+                if nth[qk] <= limit:
+                    ranked.append((t.priority, 0, held[qk] + nth[qk] - 1, t.run_order, t))
             else:
-                plain.append(t)
-        ranked = [(t.priority, 0, held[(t.queue, t.fair_key)], t.run_order, t) for t in first.values()]
-        ranked += [(t.priority, 1, 0.0, t.run_order, t) for t in plain]
+                ranked.append((t.priority, 1, 0.0, t.run_order, t))
         chosen = [r[-1] for r in sorted(ranked, key=lambda r: r[:4])[:limit]]
         self._fair_after(queues, held, chosen, snapshot)
         return sorted(chosen, key=lambda t: t.claim_order)  # as queue.claim_next hands them back
@@ -252,10 +257,11 @@ class QueueModel:
         snapshot: dict[tuple[str, str], float],
     ) -> None:
         old_rounds = {q: self.rounds.get(q, 0.0) for q in queues & self.fair}
-        taken = {(t.queue, t.fair_key) for t in chosen if t.queue in self.fair}
+        counts = Counter((t.queue, t.fair_key) for t in chosen if t.queue in self.fair)
+        taken = set(counts)
         for qk in taken:
             if qk in snapshot:  # a key the statement registered itself keeps pass 0 (an UPDATE cannot see it)
-                self.passes[qk] = held[qk] + 1
+                self.passes[qk] = held[qk] + counts[qk]
         for q in queues & self.fair:
             starts = [held[qk] for qk in taken if qk[0] == q]
             if starts and min(starts) >= old_rounds[q] + 1:

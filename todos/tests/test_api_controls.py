@@ -156,6 +156,8 @@ def test_pause_and_resume_by_a_managing_agent(manager, make_todo):
         "max_depth": None,
         "max_children": None,
         "max_descendants": None,
+        "limits": None,
+        "rate_per_key": None,
     }
     assert Queue.objects.get(name="jobs").paused
     assert manager.post("/queues/jobs/resume/").json()["paused"] is False
@@ -214,6 +216,8 @@ def test_patch_sets_the_limits_and_answers_them(manager, make_todo):
         "max_depth": None,
         "max_children": None,
         "max_descendants": None,
+        "limits": None,
+        "rate_per_key": None,
     }
     row = Queue.objects.get(name="jobs")
     assert (row.max_claimed, row.rate_per_second, row.rate_burst, row.tokens) == (3, 20.0, 5, 5.0)

@@ -99,12 +99,37 @@ def test_a_batch_spreads_across_keys_by_weight(agent):
     for key in ("a", "b", "c"):
         seed_keyed("batch", key, 10)
     todos = queue.claim_next(agent=agent, queues=["batch"], limit=8)
-    assert Counter(t.fair_key for t in todos) == {"a": 2, "b": 1, "c": 1}, "one round's worth of each key"
+    # the 8 lowest tags: a 0, 1/2, 1, 3/2; b 0, 1; c 0, 1
+    assert Counter(t.fair_key for t in todos) == {"a": 4, "b": 2, "c": 2}, "the lowest tags, as many per key"
     Queue.objects.create(name="wide", fair=True)
     for i in range(10):
         seed_keyed("wide", f"k{i}", 3)
     todos = queue.claim_next(agent=agent, queues=["wide"], limit=8)
     assert len({t.fair_key for t in todos}) == 8, "eight keys, one todo each"
+
+
+def test_batches_fill_three_keys_limit_nine_three_each_one_key_limit_thirty_thirty(agent):
+    Queue.objects.create(name="three", fair=True)
+    for key in ("a", "b", "c"):
+        seed_keyed("three", key, 30)
+    todos = queue.claim_next(agent=agent, queues=["three"], limit=9)
+    assert Counter(t.fair_key for t in todos) == {"a": 3, "b": 3, "c": 3}
+    Queue.objects.create(name="one", fair=True)
+    seed_keyed("one", "only", 40)
+    assert len(queue.claim_next(agent=agent, queues=["one"], limit=30)) == 30
+
+
+def test_a_batch_of_lapsed_and_due_todos_of_one_key_fills(agent):
+    Queue.objects.create(name="lapsing", fair=True)
+    ids = seed_keyed("lapsing", "k", 12)
+    with connection.cursor() as cursor:  # 12 leases that lapsed a minute ago (below their attempt cap)
+        cursor.execute(
+            "UPDATE todos_todo SET state = 'claimed', attempt = 1, owner = 'gone', lease_id = 'ls_' || id, "
+            "lease_expires_at = now() - interval '1 minute', claimed_at = now() - interval '2 minutes' "
+            "WHERE id = ANY(%s)",
+            [ids],
+        )
+    assert len(queue.claim_next(agent=agent, queues=["lapsing"], limit=10)) == 10
 
 
 def test_priority_stays_global_on_a_fair_queue(agent):

@@ -13,6 +13,7 @@ Runs are derandomized for CI; HYPOTHESIS_QUEUE_EXAMPLES=500 (or more) searches h
 
 from __future__ import annotations
 
+import copy
 import os
 from datetime import timedelta
 from fnmatch import fnmatchcase
@@ -39,6 +40,7 @@ from todos import queue
 from todos.errors import NotAResolver, QueuesForbidden, TodoConflict, TodoNotFound, WaitpointUsed
 from todos.models import Agent, Todo, Waitpoint
 from todos.tests.queue_model import CONFLICT, FORBIDDEN, NOT_FOUND, OK, ModelAgent, QueueModel
+from todos.tests.test_concurrency import run_together
 
 QUEUES = ["q.a", "q.b"]
 KEYS = [None, "k1", "k2"]
@@ -168,6 +170,25 @@ class QueueMachine(RuleBasedStateMachine):
         for real, model in zip(got, expected, strict=True):
             self.model.take(model, self.model_agents[agent], real.lease_id)
         return multiple(*[(t.id, agent, t.lease_id) for t in got])
+
+    @rule(target=receipts, limits=st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    def two_claim_the_fair_queue_at_once(self, limits: tuple[int, int]) -> Any:
+        """Two claimers on their own connections at the same instant (issue 31): fair claims take turns on the
+        queue's row, so the outcome is the model's two claims one after the other, in one order or the other."""
+        agent, model_agent = self.agents["alice"], self.model_agents["alice"]
+        got = run_together([lambda n=n: queue.claim_next(agent=agent, queues=[FAIR_QUEUE], limit=n) for n in limits])
+        for order in ((0, 1), (1, 0)):
+            model = copy.deepcopy(self.model)
+            for i in order:
+                expected = model.choose_next(model_agent, [FAIR_QUEUE], limits[i])
+                if [t.id for t in expected] != [t.id for t in got[i]]:
+                    break
+                for real, m in zip(got[i], expected, strict=True):
+                    model.take(m, model_agent, real.lease_id)
+            else:
+                self.model = model
+                return multiple(*[(t.id, "alice", t.lease_id) for todos in got for t in todos])
+        raise AssertionError(f"two claims at once took {got}, which no order of the model's claims takes")
 
     @rule(target=receipts, todo_id=todos, agent=st.sampled_from(list(AGENTS)))
     def claim(self, todo_id: str, agent: str) -> Any:

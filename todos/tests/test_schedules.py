@@ -337,3 +337,10 @@ def test_a_reaper_sweep_makes_schedule_todos_and_promotes_due_scheduled_ones():
     call_command("reap_leases", "--once")
     assert Todo.objects.get(pk=due.pk).state == TodoState.PENDING
     assert Todo.objects.filter(source="schedule", queue="cron.q").count() == 1
+
+
+def test_a_schedule_names_limits_on_the_todos_it_makes(db):
+    _make("limited", limits=["openai"])
+    schedules.run_due_schedules(lookahead=60)
+    [todo] = Todo.objects.all()
+    assert todo.limits == ["openai"]

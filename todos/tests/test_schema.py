@@ -31,6 +31,11 @@ def test_todo_table_has_exactly_the_planned_indexes(db):
         "todo_cancelled_recent",
         # fair share (migration 0016): one key's pending todos, in claim order; pending rows only
         "todo_fair_pending",
+        # named limits (issue 31, migration 0028): claimed todos naming limits, by limit (GIN); partial, so a
+        # todo naming none writes nothing to it
+        "todo_limit_leases",
+        # start-by deadlines (issue 31, migration 0030): never-claimed todos with one, for the reaper's EXPIRE
+        "todo_expiry",
         # waiting todos per queue (migration 0015): queue_stats() and the admin's filter; partial, so a
         # transition of any other state writes nothing to it
         "todo_waiting",

@@ -61,15 +61,16 @@ def test_another_agent_even_a_staff_one_cannot_resolve_a_question_for_people(
 
 @pytest.mark.django_db(transaction=True)
 def test_over_mcp_an_agent_asks_people_and_no_agent_can_answer_for_them(mcp_base, agent, make_agent, folks):
-    """The MCP wait tool opens a wait for people; the task it belongs to is working (a person answers, not
-    the MCP client), so tasks/update from the waiting agent or another one changes nothing; REST's resolve
-    from either is 403; the person's decision then reaches the agent over MCP's get_todo."""
+    """The MCP wait tool opens a wait for people; the task it belongs to reads input_required (TASK_STATES:
+    someone must answer), but only a named person can: tasks/update from the waiting agent or another one
+    changes nothing, REST's resolve from either is 403; the person's decision then reaches the agent over
+    MCP's get_todo."""
     task = create_task(mcp_base, agent.token)
     [claimed] = queue.claim_next(agent=agent)
     args = {"id": claimed.id, "lease_id": claimed.lease_id, "for": people(), "timeout_seconds": DAY}
     waited = modern(mcp_base, agent.token, "tools/call", {"name": "wait", "arguments": args}, tasks=False)
     assert waited["result"]["structuredContent"]["todo"]["state"] == "waiting", waited
-    assert get_task(mcp_base, agent.token, task["taskId"])["result"]["status"] == "working"
+    assert get_task(mcp_base, agent.token, task["taskId"])["result"]["status"] == "input_required"
     other = make_agent("bystander")
     for token in (agent.token, other.token):
         answer = {"action": "accept", "content": {"decision": "approve"}}

@@ -81,6 +81,7 @@ COUNTED_INSIDE = {
     "resume_cascades": "cascade_cancel, per todo a cascade cancelled",
     "remind_people": "people_reminded, per row",
     "escalate_people": "people_escalated, per row",
+    "expire_unstarted": "expire, per row",
 }
 
 

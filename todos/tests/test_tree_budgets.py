@@ -64,7 +64,7 @@ def test_a_spent_budget_blocks_the_trees_claims_until_an_operator_raises_it(api,
     claimed = queue.claim_next(agent=agent, queues=["jobs"], limit=10)
     assert [t.id for t in claimed] == [other.id]
     shown = api.get(f"/todos/{waiting.id}/").json()
-    assert shown["state"] == "pending" and shown["blocked"] == "budget"
+    assert shown["state"] == "pending" and shown["blocked"] == {"reason": "budget", "root_id": root.id}
     refused = api.post(f"/todos/{waiting.id}/claim/", {})
     assert refused.status_code == 409 and refused.json()["error"]["reason"] == "budget_exhausted"
     # A can-manage agent raises it: the tree is claimable again.

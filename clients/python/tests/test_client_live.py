@@ -322,3 +322,21 @@ def test_a_batch_creates_todos_that_depend_on_each_other_all_or_nothing(client):
         (lint, "done", {"kind": "lint"}),
         (test, "done", {"kind": "test"}),
     ]
+
+
+def test_a_fleet_parks_a_named_limit_on_a_429_and_an_operator_lifts_it(server, make_agent):
+    manager = make_agent("manager", can_manage_queues=True)
+    with Client(server.base, manager.token) as client:
+        assert client.put_limit("openai", max_claimed=8).max_claimed == 8
+        made = [client.create("llm.q", title=f"t{i}", limits=["openai"]) for i in range(2)]
+        assert made[0].limits == ["openai"]
+        [held] = client.claim(["llm.q"])
+        until = datetime.now(UTC) + timedelta(hours=1)
+        back = client.release(held, park={"limit": "openai", "until": until, "reason": "429"})
+        assert back.state == "pending" and back.attempt == 0
+        assert client.get(held.id).blocked["limit"] == "openai"
+        assert client.limit("openai").parked["reason"] == "429"
+        assert client.claim(["llm.q"]) == []
+        assert client.unpark("openai").parked is None
+        assert len(client.claim(["llm.q"], limit=5)) == 2
+        assert client.delete_limit("openai").name == "openai"

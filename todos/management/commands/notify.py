@@ -21,6 +21,7 @@ from switchboard import dberrors
 from switchboard.logs import log_event
 from todos import queue
 from todos.errors import QueueError
+from todos.event_feed import enqueue_webhooks
 from todos.limits import NOTIFY_LEASE_SECONDS
 from todos.models import Agent, Todo
 from todos.notices import NOTIFY_QUEUE
@@ -91,6 +92,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         agent = notify_agent()
         if options["once"]:
+            enqueue_webhooks()
             counts = drain(agent)
             self.stdout.write(f"sent={counts['sent']} failed={counts['failed']}")
             return
@@ -100,6 +102,7 @@ class Command(BaseCommand):
         while not self.stopping.is_set():
             close_old_connections()
             try:
+                enqueue_webhooks()  # MCP Events' webhook subscriptions: their new events become deliveries
                 counts = drain(agent, should_stop=self.stopping.is_set)
             except DatabaseError as exc:
                 dberrors.log_failure(logger, "notify", exc)

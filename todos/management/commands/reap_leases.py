@@ -112,6 +112,7 @@ class Command(BaseCommand):
                 retries_promoted=result.retries_promoted,
                 scheduled_promoted=result.scheduled_promoted,
                 schedule_todos=ticks.todos_created,
+                **({"expired": result.expired} if result.expired else {}),
                 duration_ms=round(elapsed * 1000, 1),
             )
         return result

@@ -1,7 +1,8 @@
 -- The fair claim's walk: the keys of one queue in (vtime, key) order, locked one at a time with SKIP
--- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22).
+-- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22),
+-- and, on a queue with rate_per_key (key_rate, issue 31), a whole token in their bucket (times their weight).
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
-CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer)
+CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer, key_rate double precision, weights jsonb)
  RETURNS TABLE(key text, vtime double precision)
  LANGUAGE plpgsql
 AS $function$
@@ -29,11 +30,17 @@ BEGIN
             seen := seen + 1;
             after_vtime := c.vtime;
             after_key := c.key;
-            -- pending work at the top priority: one descent of todo_fair_pending
+            -- pending work at the top priority: one descent of todo_fair_pending; since issue 31 not past its
+            -- start-by deadline (NOT_EXPIRED) nor held by a parked limit of its own (PARKED, todos/sql/flow.py):
+            -- a key whose todos all wait on a quota wall would otherwise keep the lowest pass and win every walk
             CONTINUE WHEN NOT EXISTS (
                 SELECT 1 FROM todos_todo t
                 WHERE t.queue = queue_name AND t.fair_key = c.key AND t.state = 'pending' AND t.priority = top
-                  AND (t.assignee IS NULL OR t.assignee = agent));
+                  AND (t.assignee IS NULL OR t.assignee = agent)
+                  AND (t.expires_at IS NULL OR t.expires_at > now() OR t.claimed_at IS NOT NULL)
+                  AND (t.limits IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM todos_limit l
+                      WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now())));
             PERFORM 1 FROM todos_fairkey k WHERE k.queue = queue_name AND k.key = c.key AND k.vtime = c.vtime
                 FOR NO KEY UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
@@ -42,6 +49,8 @@ BEGIN
             END IF;
             locked_any := true;
             CONTINUE WHEN cap IS NOT NULL AND todos_fair_live_leases(queue_name, c.key) >= cap;
+            CONTINUE WHEN key_rate IS NOT NULL AND todos_fair_key_tokens(
+                queue_name, c.key, key_rate * COALESCE((weights ->> c.key)::double precision, 1)) < 1;
             key := c.key;
             vtime := c.vtime;
             RETURN NEXT;
@@ -60,7 +69,9 @@ BEGIN
            AND EXISTS (SELECT 1 FROM todos_todo t
                        WHERE t.queue = queue_name AND t.fair_key = busy AND t.state = 'pending'
                          AND (t.assignee IS NULL OR t.assignee = agent))
-           AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap) THEN
+           AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap)
+           AND (key_rate IS NULL OR todos_fair_key_tokens(
+                queue_name, busy, key_rate * COALESCE((weights ->> busy)::double precision, 1)) >= 1) THEN
             key := busy;
             vtime := pass;
             RETURN NEXT;

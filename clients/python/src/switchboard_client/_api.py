@@ -21,6 +21,7 @@ from switchboard_client.models import (
     Event,
     EventSummary,
     Explanation,
+    Limit,
     Page,
     QueueControls,
     QueueStats,
@@ -81,6 +82,13 @@ def operation(op: str) -> Callable[[F], F]:
         return builder
 
     return register
+
+
+def _park(park: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if park is None:
+        return None
+    until = park.get("until")
+    return {**park, "until": until.isoformat() if isinstance(until, datetime) else until}
 
 
 def _q(value: str) -> str:
@@ -162,12 +170,20 @@ def create(
     callback: Mapping[str, Any] | None = None,
     children: str | None = None,
     budget: Mapping[str, float] | None = None,
+    limits: Iterable[str] | None = None,
+    expires_at: datetime | str | None = None,
+    expire_after_seconds: float | None = None,
+    supersede: bool | None = None,
+    debounce_seconds: float | None = None,
 ) -> Call[CreatedTodo]:
     """``parent``: a todo you hold (the claimed Todo, or {"id", "lease_id"}): the new todo is its child.
     ``spawn_caps``: a root's own caps (max_depth, max_children, max_descendants), tighter than its queue's.
     ``callback``: {"url", "events"}: a signed webhook (todo.done / todo.dead_lettered) when it gets there,
-    signed with your agent's webhook_secret. ``children``: "cancel" makes its finish cancel what is left under
-    it. ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree."""
+    signed with your agent's webhook_secret.
+    ``limits``: named limits it is held by. ``expires_at`` / ``expire_after_seconds``: a start-by deadline.
+    ``supersede``: replace the runnable todo holding ``idempotency_key``; ``debounce_seconds``: one todo per key,
+    run that long after the last create. ``children``: "cancel" makes its finish cancel what is left
+    under it. ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -189,6 +205,11 @@ def create(
         children=children,
         budget=dict(budget) if budget is not None else None,
         callback=dict(callback) if callback is not None else None,
+        limits=list(limits) if limits is not None else None,
+        expires_at=expires_at,
+        expire_after_seconds=expire_after_seconds,
+        supersede=supersede,
+        debounce_seconds=debounce_seconds,
     )
     retry = Retry.ON_UNAVAILABLE if idempotency_key else Retry.UNSENT_ONLY
     return Call("todos_create", "POST", "todos/", CreatedTodo.from_json, body, retry=retry)
@@ -363,16 +384,20 @@ def fail(
     *,
     error: str = "",
     retry_in_seconds: float | None = None,
+    park: Mapping[str, Any] | None = None,
 ) -> Call[Todo]:
+    """``park``: {"limit", "until", "reason"} on a quota wall: the todo is given back (no attempt spent) and the
+    named limit it names is parked until ``until``."""
     todo_id, lease = _receipt(todo, lease_id)
-    body = _given(lease_id=lease, error=error, retry_in_seconds=retry_in_seconds)
+    body = _given(lease_id=lease, error=error, retry_in_seconds=retry_in_seconds, park=_park(park))
     return Call("todos_fail", "POST", f"todos/{_q(todo_id)}/fail/", _todo, body, retry=Retry.ON_UNAVAILABLE)
 
 
 @operation("todos_release")
-def release(todo: Todo | str, lease_id: str | None = None) -> Call[Todo]:
+def release(todo: Todo | str, lease_id: str | None = None, *, park: Mapping[str, Any] | None = None) -> Call[Todo]:
+    """``park``: as fail's."""
     todo_id, lease = _receipt(todo, lease_id)
-    body = {"lease_id": lease}
+    body = _given(lease_id=lease, park=_park(park))
     return Call("todos_release", "POST", f"todos/{_q(todo_id)}/release/", _todo, body, retry=Retry.ON_UNAVAILABLE)
 
 
@@ -512,6 +537,8 @@ def set_limits(
     max_depth: int | _Unset | None = UNSET,
     max_children: int | _Unset | None = UNSET,
     max_descendants: int | _Unset | None = UNSET,
+    limits: Iterable[str] | _Unset | None = UNSET,
+    rate_per_key: float | _Unset | None = UNSET,
 ) -> Call[QueueControls]:
     """Only the settings given change; None removes a limit. ``fair``: claims take the todos' fair_keys
     in weighted round robin (``fair_weights``: key -> weight, default 1; ``max_claimed_per_key``: live
@@ -526,6 +553,8 @@ def set_limits(
         "max_depth": max_depth,
         "max_children": max_children,
         "max_descendants": max_descendants,
+        "limits": list(limits) if not isinstance(limits, _Unset) and limits is not None else limits,
+        "rate_per_key": rate_per_key,
     }
     body = {k: v for k, v in limits.items() if v is not UNSET}
     return Call("queues_limit", "PATCH", f"queues/{_queue_path(name)}/", QueueControls.from_json, body)
@@ -539,6 +568,41 @@ def pause(name: str) -> Call[QueueControls]:
 @operation("queues_resume")
 def resume(name: str) -> Call[QueueControls]:
     return Call("queues_resume", "POST", f"queues/{_queue_path(name)}/resume/", QueueControls.from_json)
+
+
+@operation("limits_retrieve")
+def limit(name: str) -> Call[Limit]:
+    return Call("limits_retrieve", "GET", f"limits/{_q(name)}/", Limit.from_json)
+
+
+@operation("limits_put")
+def put_limit(
+    name: str,
+    *,
+    max_claimed: int | None = None,
+    rate_per_second: float | None = None,
+    rate_burst: int | None = None,
+    per_key: int | None = None,
+) -> Call[Limit]:
+    """Define (or replace, whole) a named limit shared by every queue and todo naming it."""
+    body = {
+        "max_claimed": max_claimed,
+        "rate_per_second": rate_per_second,
+        "rate_burst": rate_burst,
+        "per_key": per_key,
+    }
+    return Call("limits_put", "PUT", f"limits/{_q(name)}/", Limit.from_json, body)
+
+
+@operation("limits_destroy")
+def delete_limit(name: str) -> Call[Limit]:
+    return Call("limits_destroy", "DELETE", f"limits/{_q(name)}/", Limit.from_json)
+
+
+@operation("limits_unpark")
+def unpark(name: str) -> Call[Limit]:
+    """Lift a park: the limit's todos are claimable again."""
+    return Call("limits_unpark", "DELETE", f"limits/{_q(name)}/park/", Limit.from_json)
 
 
 @operation("schedules_list")

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -314,6 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, dest="poll_seconds", help="long-poll seconds when idle")
     p.add_argument("--name", help="worker label (owner <agent>/<name>)")
     p.add_argument("--drain", action="store_true", help="exit once the queues are empty")
+    p.add_argument("--prefetch", type=int, help="todos claimed ahead of free slots (default: concurrency, at least 10)")
+    p.add_argument("--processes", type=int, default=1, help="worker processes, each with its own slots")
     p.add_argument("-v", "--verbose", action="store_true")
 
     p = command(commands, "watch", "live queue counts (Ctrl-C stops)")
@@ -478,9 +484,13 @@ def _worker(client: Client, args: argparse.Namespace, out: Output) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
     )
+    if args.processes < 1:
+        raise UsageError("--processes must be at least 1")
+    if args.processes > 1:
+        return _processes(client, args, out)
     sys.path.insert(0, "")  # a module in the current directory, as `python -m` finds it
     worker = load_worker(args.target, client)
-    for name in ("concurrency", "lease_seconds", "grace_seconds", "poll_seconds", "name"):
+    for name in ("concurrency", "lease_seconds", "grace_seconds", "poll_seconds", "name", "prefetch"):
         if getattr(args, name) is not None:
             setattr(worker, name, getattr(args, name))
     if args.queues:
@@ -494,6 +504,77 @@ def _worker(client: Client, args: argparse.Namespace, out: Output) -> int:
         file=sys.stdout if out.as_json else sys.stderr,
     )
     return OK
+
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
+
+
+def _child_setup(parent: int) -> None:
+    """In a --processes child before its exec: take signals again (held while it started), and on Linux
+    be sent SIGTERM when the parent dies (if it died already, before this, go now)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _processes(client: Client, args: argparse.Namespace, out: Output) -> int:
+    """``--processes N``: N worker processes (this command without --processes), each with its own
+    slots, its own claims and connections. SIGTERM/SIGINT here is passed to each (a second one too: it
+    skips their grace); exits once all have, 1 if any failed."""
+    command = [sys.executable, "-m", "switchboard_client", "worker", args.target]
+    command += ["--json"] if out.as_json else []
+    for flag, name in (
+        ("--queues", "queues"),
+        ("--concurrency", "concurrency"),
+        ("--lease", "lease_seconds"),
+        ("--grace", "grace_seconds"),
+        ("--poll", "poll_seconds"),
+        ("--prefetch", "prefetch"),
+    ):
+        if getattr(args, name) is not None:
+            command += [flag, str(getattr(args, name))]
+    command += ["--drain"] if args.drain else []
+    command += ["--verbose"] if args.verbose else []
+    # The URL and token go by the environment: a child's arguments are visible to every user (ps).
+    env = {**os.environ, "SWITCHBOARD_URL": client.url, "SWITCHBOARD_TOKEN": client.token or ""}
+    children: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    # Installed before the first child starts: a signal while they start reaches those already running.
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        # Each child in its own process group: a terminal's Ctrl-C reaches them once, through here, not
+        # twice (a second signal would skip their grace). On Linux a child is sent SIGTERM if this
+        # process dies (even by SIGKILL), so none runs on unsupervised.
+        for i in range(args.processes):
+            # Signals held while a child starts and joins the list: one that came meanwhile is handled
+            # once the child is in it, so it reaches that child too (the child unblocks them before exec).
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+            try:
+                children.append(
+                    subprocess.Popen(  # noqa: S603 (this interpreter and our own arguments)
+                        command + (["--name", f"{args.name}-{i}"] if args.name else []),
+                        env=env,
+                        process_group=0,
+                        preexec_fn=functools.partial(_child_setup, os.getpid()),
+                    )
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return OK if all(code == 0 for code in codes) else ERROR
 
 
 def _watch(client: Client, args: argparse.Namespace, out: Output) -> int:

@@ -86,6 +86,13 @@ class SpawnLimit(Conflict):
         return str(limit) if limit is not None else None
 
 
+class Superseded(Conflict):
+    """409 ``superseded``: a newer todo replaced this one (a create with ``supersede``); its holder should stop
+    working on it."""
+
+    code = "superseded"
+
+
 class TooLarge(SwitchboardError):
     """413: a payload or result over the server's MAX_PAYLOAD_BYTES."""
 
@@ -142,6 +149,7 @@ BY_CODE: dict[str, type[SwitchboardError]] = {
         NotFound,
         Conflict,
         SpawnLimit,
+        Superseded,
         TooLarge,
         MethodNotAllowed,
         Unavailable,

@@ -105,11 +105,16 @@ class Todo(Model):
     #: The counters its workers reported ({tokens_in, cost_usd, ...}); a root's tree_usage sums its tree's.
     usage: JSON = None
     tree_usage: JSON = None
-    #: A root's budget ({counter: limit}); blocked is "budget" while its tree has spent it (claims skip it).
+    #: A root's budget ({counter: limit}); blocked says {reason: "budget", root_id} while its tree has spent it.
     budget: JSON = None
-    blocked: str | None = None
     #: A cancelled todo's tombstone: the result its worker sent after the cancel ({result, at, owner}).
     late_result: JSON = None
+    #: Named limits it names itself (its queue's are not listed).
+    limits: list[str] = field(default_factory=list)
+    #: While a limit holding it is parked: {limit, until, reason} (on a get or a list).
+    blocked: JSON = None
+    #: Its start-by deadline: not claimed by then, it is cancelled with reason "expired".
+    expires_at: datetime | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Self:
@@ -221,6 +226,25 @@ class QueueControls(Model):
     max_depth: int | None = None
     max_children: int | None = None
     max_descendants: int | None = None
+    #: Named limits every todo of the queue is held by.
+    limits: list[str] | None = None
+    #: Claims a second per fair_key, times the key's weight (a fair queue's).
+    rate_per_key: float | None = None
+
+
+@dataclass(frozen=True)
+class Limit(Model):
+    """A named limit, shared by every queue and todo naming it; ``parked``: {until, reason} while parked."""
+
+    schema: ClassVar[str] = "Limit"
+    name: str
+    max_claimed: int | None
+    rate_per_second: float | None
+    rate_burst: int | None
+    per_key: int | None
+    parked: JSON
+    created_at: datetime | None
+    updated_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -285,6 +309,7 @@ class Schedule(Model):
     last_todo: str | None
     last_error: str
     created_at: datetime | None
+    limits: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""The worker runtime: claim todos in batches up to the free slots, run a handler per ``kind`` (sync
-handlers in threads, async ones on the loop), heartbeat every third of the lease, and send completions in
-batches. At-least-once, as the queue is: a crash before a completion is sent means the todo runs again
-when its lease lapses.
+"""The worker runtime: claim todos ahead of the free slots (a bounded prefetch, two claims in flight),
+run a handler per ``kind`` (sync handlers in threads, async ones on the loop), heartbeat every third of
+the lease, and send completions at once, batched with whatever finished while one was on its way.
+At-least-once, as the queue is: a crash before a completion is sent means the todo runs again when its
+lease lapses.
 
     worker = Worker(Client(), queues=["email"], concurrency=8, lease_seconds=60)
 
@@ -17,6 +18,7 @@ when its lease lapses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -42,6 +44,8 @@ ANY_KIND = "*"
 MAX_BATCH = 100  # the server's batch-complete limit
 MAX_CLAIM = 100  # the server's claim limit
 ANSWER_IN_FLIGHT_SECONDS = 1.0  # on a stop, how long a claim's answer may take to arrive before a hang-up
+IDLE_RECLAIM_SECONDS = 1.0  # an idle worker that does not long-poll (poll_seconds 0) looks again this often
+MIN_PREFETCH = 10  # the default prefetch: concurrency, but at least this (one claim's cost over several todos)
 
 
 class Release(Exception):
@@ -272,7 +276,15 @@ class Worker:
 
     ``concurrency`` handlers at once; ``lease_seconds`` per claim, heartbeated every third of it;
     ``poll_seconds`` of long-poll when idle; on SIGTERM, ``grace_seconds`` for running handlers before
-    their todos are released; completions wait at most ``flush_seconds`` to be sent in one batch."""
+    their todos are released.
+
+    Throughput: up to ``prefetch`` todos (default: ``concurrency``, at least 10, at most 100) are claimed
+    ahead of free slots, with up to ``claims_in_flight`` claims on their way at once; a prefetched todo
+    not started within a third of its lease is released (so it never lapses), and claiming ahead waits
+    until a handler frees. Completions are sent at once when none is on its way, else together with
+    whatever finished meanwhile (``flush_batches`` batches on their way at most); ``flush_seconds``
+    (default 0) lets a completion wait that long for company. A claim long-polls (``poll_seconds``)
+    only once the last one came back empty."""
 
     def __init__(
         self,
@@ -283,12 +295,23 @@ class Worker:
         lease_seconds: float = 60.0,
         poll_seconds: float = 20.0,
         grace_seconds: float = 30.0,
-        flush_seconds: float = 0.005,
+        flush_seconds: float = 0.0,
         name: str | None = None,
         drain: bool = False,
+        prefetch: int | None = None,
+        claims_in_flight: int = 2,
+        flush_batches: int = 1,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch is not None and not 0 <= prefetch <= MAX_CLAIM:
+            raise ValueError(f"prefetch must be between 0 and {MAX_CLAIM}")
+        if claims_in_flight < 1 or flush_batches < 1:
+            raise ValueError("claims_in_flight and flush_batches must be at least 1")
+        #: Todos claimed ahead of free slots (None: ``concurrency``, at least MIN_PREFETCH, at most 100).
+        self._prefetch = prefetch
+        self.claims_in_flight = claims_in_flight
+        self.flush_batches = flush_batches
         self.client = client if client is not None else Client()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
@@ -306,6 +329,16 @@ class Worker:
         self._stopping: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def prefetch(self) -> int:
+        return min(max(self.concurrency, MIN_PREFETCH), MAX_CLAIM) if self._prefetch is None else self._prefetch
+
+    @prefetch.setter
+    def prefetch(self, value: int | None) -> None:
+        if value is not None and not 0 <= value <= MAX_CLAIM:
+            raise ValueError(f"prefetch must be between 0 and {MAX_CLAIM}")
+        self._prefetch = value
 
     # --- registration ----------------------------------------------------------------------------------
     def handler(self, kind: str) -> Callable[[H], H]:
@@ -351,7 +384,7 @@ class Worker:
         own_client = not isinstance(self.client, AsyncClient)
         api = self._async_client()
         threads = _Threads(self.concurrency) if any(not h.is_async for h in self._handlers.values()) else None
-        completions = _Completions(api, self.flush_seconds, self.stats)
+        completions = _Completions(api, self.flush_seconds, self.flush_batches, self.stats)
         flusher = asyncio.create_task(completions.run())
         running: dict[asyncio.Task[None], Context] = {}
         try:
@@ -383,67 +416,144 @@ class Worker:
         completions: _Completions,
         running: dict[asyncio.Task[None], Context],
     ) -> None:
+        """Keep ``concurrency`` handlers running and up to ``prefetch`` todos claimed ahead of them, with up
+        to ``claims_in_flight`` claims on their way at once. A claim long-polls only when the last answer
+        was empty (one claim in flight then); a prefetched todo not started within a third of its lease
+        (before its first heartbeat would be due) is released, never left to lapse."""
         assert self._stopping is not None
         stopping = asyncio.create_task(self._stopping.wait())
-        slot_freed = asyncio.Event()
+        changed = asyncio.Event()  # a handler finished, a claim was answered
+        # A claim on its way -> (its limit, when it was sent, how many handlers had finished then).
+        claims: dict[asyncio.Task[list[Todo]], tuple[int, float, int]] = {}
+        ahead: collections.deque[tuple[Todo, float]] = collections.deque()  # claimed, not started; sent at
+        empty = False  # the last claim answered found nothing
+        finished = [0]  # handlers finished so far
+        finished_at_empty = 0  # ... when the claim whose answer was the last empty one was sent
+        look_again_at = 0.0  # an idle worker that does not long-poll looks again then
+        stale_after = self.lease_seconds / 3
+        client = self.client if isinstance(self.client, Client) else None
+        # After stale todos were released, no claiming ahead until a handler starts one: handlers that
+        # are slow claim no more than they can start.
+        held_back = [False]
+
+        def done(task: asyncio.Task[None]) -> None:
+            running.pop(task, None)
+            finished[0] += 1
+            changed.set()
+
+        def start(todo: Todo, claimed_at: float) -> None:
+            held_back[0] = False
+            ctx = Context(todo, _client=client, _api=api)
+            task = asyncio.create_task(self._work(api, threads, completions, ctx, time.monotonic() - claimed_at))
+            running[task] = ctx
+            task.add_done_callback(done)
+
+        def may_claim(now: float) -> bool:
+            if self.error is not None:
+                return False
+            if not empty:
+                return len(claims) < self.claims_in_flight
+            if claims:  # after an empty answer, one claim at a time: a long-poll, or the next look
+                return False
+            if not self.drain and self.poll_seconds > 0:
+                return True  # the long-poll
+            # No long-poll (draining, or poll 0): look again once a handler finishes, or after a pause.
+            return finished[0] > finished_at_empty or (not self.drain and now >= look_again_at)
+
         try:
             while not self._stopping.is_set():
-                free = self.concurrency - len(running)
-                if free <= 0:
-                    await _first(stopping, slot_freed)
-                    continue
-                # Long-poll only when idle: with handlers running, a short claim keeps slots filling
-                # as they free (each finished handler wakes the loop).
-                wait = self.poll_seconds if not running else 0.0
-                claim = asyncio.create_task(
-                    api.claim(
-                        self.queues,
-                        limit=min(free, MAX_CLAIM),
-                        lease_seconds=self.lease_seconds,
-                        wait_seconds=wait or None,
-                        worker=self.name,
+                while ahead and len(running) < self.concurrency:
+                    start(*ahead.popleft())
+                now = time.monotonic()
+                stale = []
+                while ahead and now - ahead[0][1] >= stale_after:
+                    stale.append(ahead.popleft()[0])
+                if stale:
+                    held_back[0] = True
+                    log.info("releasing %d prefetched todo(s) not started within a third of the lease", len(stale))
+                    await self._give_back_all(api, stale)
+                in_claims = sum(limit for limit, _, _ in claims.values())
+                bound = self.concurrency + (0 if held_back[0] else self.prefetch)
+                wanted = bound - len(running) - len(ahead) - in_claims
+                # A claim asks for a share of the bound (so that claims_in_flight of them overlap), and
+                # goes once that share is wanted, or at once when a slot would otherwise stay idle.
+                share = min(MAX_CLAIM, -(-(self.concurrency + self.prefetch) // self.claims_in_flight))
+                idle_slot = not ahead and len(running) + in_claims < self.concurrency
+                if wanted > 0 and (wanted >= share or idle_slot or empty) and may_claim(now):
+                    long_poll = empty and not self.drain and self.poll_seconds > 0
+                    limit = min(wanted, share)
+                    claim = asyncio.create_task(
+                        api.claim(
+                            self.queues,
+                            limit=limit,
+                            lease_seconds=self.lease_seconds,
+                            wait_seconds=self.poll_seconds if long_poll else None,
+                            worker=self.name,
+                        )
                     )
-                )
-                await asyncio.wait([claim, stopping], return_when="FIRST_COMPLETED")
-                if not claim.done():
-                    # A claim the server has answered may still be on its way, and a hang-up then would
-                    # leave its todos leased until they lapse: wait a moment for the answer (given back
-                    # below). A long-poll still waiting after that is hung up on, and the server releases
-                    # whatever it takes for a caller who left.
-                    await asyncio.wait([claim], timeout=ANSWER_IN_FLIGHT_SECONDS)
+                    claims[claim] = (limit, now, finished[0])
+                    claim.add_done_callback(lambda _: changed.set())
+                    continue
+                # Nothing to send now: wait for a finished handler, an answer, the stop, the oldest
+                # prefetched todo going stale, or an idle worker's next look.
+                timeouts = [stale_after - (now - ahead[0][1])] if ahead else []
+                if empty and not claims and not self.drain and self.poll_seconds <= 0:
+                    timeouts.append(look_again_at - now)
+                if not changed.is_set():
+                    waiter = asyncio.create_task(changed.wait())
+                    timeout = max(0.0, min(timeouts)) if timeouts else None
+                    await asyncio.wait([stopping, waiter], timeout=timeout, return_when="FIRST_COMPLETED")
+                    waiter.cancel()
+                changed.clear()
+                for claim in [c for c in claims if c.done()]:
+                    _, sent_at, finished_at_send = claims.pop(claim)
+                    try:
+                        todos = claim.result()
+                    except (Unauthorized, Forbidden, Invalid, NotFound) as exc:
+                        log.error("claim refused (%s): %s", exc.status, exc)
+                        self.error = exc
+                        continue
+                    except SwitchboardError as exc:
+                        log.warning("claim failed (%s); retrying in 1 s", exc)
+                        await asyncio.wait([stopping], timeout=1.0)
+                        continue
+                    self.stats.claimed += len(todos)
+                    # The lease began at the server between the send and the answer: counted from the send.
+                    ahead.extend((todo, sent_at) for todo in todos)
+                    empty = not todos
+                    if empty:
+                        finished_at_empty = finished_at_send
+                        look_again_at = time.monotonic() + IDLE_RECLAIM_SECONDS
+                if self.error is not None and not claims:
+                    return  # what was claimed before the refusal is given back below
+                # Draining: done once a claim sent after the last handler finished found nothing (a
+                # handler's fail or release may have made its todo claimable again).
+                settled = finished[0] == finished_at_empty
+                if self.drain and empty and settled and not running and not ahead and not claims:
+                    return
+        finally:
+            stopping.cancel()
+            # Answers on their way as the stop came: a claim the server has answered may still be in
+            # transit, and a hang-up then would leave its todos leased until they lapse; wait a moment for
+            # it (its todos are given back below). A long-poll still waiting after that is hung up on, and
+            # the server releases whatever it takes for a caller who left.
+            if claims:
+                await asyncio.wait(list(claims), timeout=ANSWER_IN_FLIGHT_SECONDS)
+            unstarted = [todo for todo, _ in ahead]
+            for claim in claims:
                 if not claim.done():
                     claim.cancel()
                     with contextlib.suppress(asyncio.CancelledError, SwitchboardError):
                         await claim
-                    break
-                try:
-                    todos = claim.result()
-                except (Unauthorized, Forbidden, Invalid, NotFound) as exc:
-                    log.error("claim refused (%s): %s", exc.status, exc)
-                    self.error = exc
-                    return
-                except SwitchboardError as exc:
-                    log.warning("claim failed (%s); retrying in 1 s", exc)
-                    await asyncio.wait([stopping], timeout=1.0)
-                    continue
-                if not todos:
-                    if self.drain and not running:
-                        return
-                    if running:  # a short claim found nothing: wait for a slot or the stop
-                        await _first(stopping, slot_freed)
-                    continue
-                self.stats.claimed += len(todos)
-                if self._stopping.is_set():  # answered as the stop came: given back, never started
-                    for todo in todos:
-                        await self._give_back(api, todo)
-                    break
-                for todo in todos:
-                    ctx = Context(todo, _client=self.client if isinstance(self.client, Client) else None, _api=api)
-                    task = asyncio.create_task(self._work(api, threads, completions, ctx))
-                    running[task] = ctx
-                    task.add_done_callback(functools.partial(_finished, running, slot_freed))
-        finally:
-            stopping.cancel()
+                elif not claim.cancelled() and claim.exception() is None:
+                    self.stats.claimed += len(claim.result())
+                    unstarted.extend(claim.result())
+            await self._give_back_all(api, unstarted)
+
+    async def _give_back_all(self, api: AsyncClient, todos: list[Todo]) -> None:
+        """Release todos claimed but never started, a few at a time."""
+        for i in range(0, len(todos), 16):
+            await asyncio.gather(*(self._give_back(api, todo) for todo in todos[i : i + 16]))
 
     async def _drain(self, api: AsyncClient, running: dict[asyncio.Task[None], Context]) -> None:
         assert self._hurry is not None
@@ -471,7 +581,11 @@ class Worker:
         except SwitchboardError as exc:
             log.warning("could not release %s (%s); its lease will lapse", todo.id, exc)
 
-    async def _work(self, api: AsyncClient, threads: _Threads | None, completions: _Completions, ctx: Context) -> None:
+    async def _work(
+        self, api: AsyncClient, threads: _Threads | None, completions: _Completions, ctx: Context, age: float = 0.0
+    ) -> None:
+        """Run the todo's handler; ``age``: seconds since its claim was sent (a prefetched todo's lease
+        has been running that long, so its first heartbeat comes that much sooner)."""
         todo = ctx.todo
         handler = self._handlers.get(todo.kind) or self._handlers.get(ANY_KIND)
         if handler is None:
@@ -479,7 +593,7 @@ class Worker:
             return
         wake, stop = asyncio.Event(), asyncio.Event()
         ctx._wake = functools.partial(asyncio.get_running_loop().call_soon_threadsafe, wake.set)
-        beat = asyncio.create_task(self._heartbeat(api, ctx, wake, stop))
+        beat = asyncio.create_task(self._heartbeat(api, ctx, wake, stop, age))
 
         async def end_beat() -> None:
             # Let a heartbeat on its way land before the outcome: it may carry the last checkpoint, and
@@ -575,10 +689,12 @@ class Worker:
         except SwitchboardError as exc:
             log.warning("could not fail %s (%s); its lease will lapse", ctx.todo.id, exc)
 
-    async def _heartbeat(self, api: AsyncClient, ctx: Context, wake: asyncio.Event, stop: asyncio.Event) -> None:
-        # A third of the lease: two beats can be lost before it lapses. A progress or checkpoint the
-        # handler wants sent now wakes the beat early.
-        interval = self.lease_seconds / 3
+    async def _heartbeat(
+        self, api: AsyncClient, ctx: Context, wake: asyncio.Event, stop: asyncio.Event, age: float = 0.0
+    ) -> None:
+        # A third of the lease from the claim: two beats can be lost before it lapses. A progress or
+        # checkpoint the handler wants sent now wakes the beat early.
+        interval = max(0.0, self.lease_seconds / 3 - age)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), interval)
@@ -603,32 +719,21 @@ class Worker:
             interval = max(0.0, self.lease_seconds / 3 - (time.monotonic() - started))
 
 
-def _finished(running: dict[asyncio.Task[None], Context], slot_freed: asyncio.Event, task: asyncio.Task[None]) -> None:
-    running.pop(task, None)
-    slot_freed.set()
-
-
-async def _first(stopping: asyncio.Task[Any], event: asyncio.Event) -> None:
-    """Until the stop, or the event's next set."""
-    event.clear()
-    waiter = asyncio.create_task(event.wait())
-    try:
-        await asyncio.wait([stopping, waiter], return_when="FIRST_COMPLETED")
-    finally:
-        waiter.cancel()
-
-
 class _Completions:
-    """Completions sent together: the first waits at most ``delay`` for others, and while one batch is
-    on its way the next gathers. A crash loses only what was not sent: those todos run again."""
+    """Completions sent together. One is sent at once when nothing else is on its way; while up to
+    ``batches`` batches are on their way the next gathers (so a batch is as large as the load makes it,
+    at no wait when idle). ``delay`` > 0 lets a completion wait that long for company. A crash loses only
+    what was not sent: those todos run again once their leases lapse."""
 
-    def __init__(self, api: AsyncClient, delay: float, stats: Stats) -> None:
+    def __init__(self, api: AsyncClient, delay: float, batches: int, stats: Stats) -> None:
         self.api = api
         self.delay = delay
         self.stats = stats
         self.pending: list[tuple[Context, JSON]] = []
         self.ready = asyncio.Event()
         self.closed = False
+        self.slots = asyncio.Semaphore(batches)
+        self.sending: set[asyncio.Task[None]] = set()
 
     def add(self, ctx: Context, result: JSON) -> None:
         self.pending.append((ctx, result))
@@ -641,17 +746,31 @@ class _Completions:
     async def run(self) -> None:
         while True:
             await self.ready.wait()
-            if not self.closed and len(self.pending) < MAX_BATCH:
+            if self.delay > 0 and not self.closed and len(self.pending) < MAX_BATCH:
                 await asyncio.sleep(self.delay)
+            await self.slots.acquire()  # a batch on its way per slot; meanwhile the next gathers
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
             if not self.pending and not self.closed:
                 self.ready.clear()
             if batch:
-                await self._send(batch)
-            elif self.closed:
-                return
+                task = asyncio.create_task(self._send(batch))
+                self.sending.add(task)
+                task.add_done_callback(self.sending.discard)
+            else:
+                self.slots.release()
+                if self.closed:
+                    if self.sending:
+                        await asyncio.wait(list(self.sending))
+                    if not self.pending:
+                        return
 
     async def _send(self, batch: list[tuple[Context, JSON]]) -> None:
+        try:
+            await self._send_batch(batch)
+        finally:
+            self.slots.release()
+
+    async def _send_batch(self, batch: list[tuple[Context, JSON]]) -> None:
         try:
             outcomes = await self.api.complete_many([(ctx.todo, None, result) for ctx, result in batch])
         except SwitchboardError as exc:

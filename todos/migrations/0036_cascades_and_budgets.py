@@ -12,7 +12,7 @@ from todos.sql import functions
 class Migration(migrations.Migration):
     dependencies = [
         ("events", "0003_event_body_sha256"),
-        ("todos", "0028_people_waits"),
+        ("todos", "0035_event_subscriptions"),
     ]
 
     operations = [

@@ -1,0 +1,161 @@
+"""Issue 31: fair share under concurrent claimers, against a plain queue in the same run.
+
+    .venv/bin/python bench/claim/fair_share.py                                  # 1, 4, 16 workers, 5 s, 3 runs
+    .venv/bin/python bench/claim/fair_share.py --levels 2 --runs 1 --duration 1 --keys 100   # a smoke run
+
+Each worker process loops claim (limit 1) then complete, as server-side prepared statements through psycopg 3,
+running what queue.claim_next runs (CLAIM_NEXT, then CLAIM_NEXT_FAIR when it answers its row of NULLs).
+Modes, alternated within every run so that all see the same machine load, each on a freshly seeded table:
+
+  plain     an unlimited, unkeyed queue
+  fair      the same todos on a fair queue, spread over --keys fair_keys (10,000 by default)
+  weighted  a fair queue of two busy keys, heavy (weight 3) and light: prints the share heavy / light got
+            (3.0 is exact; the issue's bar is within 10%)
+
+Fair claims take turns on the queue's row (todos/sql/claim.py, _SERIALIZED): the table gives fair / plain
+(target >= 0.7 at 10,000 keys and 16 clients). Todos go to the scratch database switchboard_bench_fair
+(bench/harness.py), never the development one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import psycopg
+
+from bench import harness as h
+
+QUEUE = "bench"
+MODES = ("plain", "fair", "weighted")
+
+
+def _column(name: str) -> int:
+    from todos import sql
+
+    return [c.strip() for c in sql.TODO_COLUMNS.split(",")].index(name)
+
+
+def prepare(mode: str, rows: int, keys: int) -> None:
+    from todos import controls
+
+    h.reset_todos()
+    h.sb_sql("TRUNCATE todos_fairkey")  # a fresh queue per mode: no keys, round 0
+    h.sb_sql("UPDATE todos_queue SET fair_round = 0 WHERE name = %s", [QUEUE])
+    h.sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [QUEUE])
+    # fair first: the todo table's trigger registers each key as its todos arrive, as creates do
+    controls.set_limits(QUEUE, fair=mode != "plain", fair_weights={"heavy": 3} if mode == "weighted" else {})
+    if mode == "weighted":
+        h.seed_todos(rows, queue=QUEUE, fair_key="CASE WHEN g %% 2 = 0 THEN 'heavy' ELSE 'light' END")
+    else:
+        h.seed_todos(rows, queue=QUEUE, fair_key=f"'k' || (g %% {keys})")
+    h.analyze()
+
+
+def run(conn: psycopg.Connection[Any], until: float) -> tuple[int, int, dict[str, int]]:
+    from todos import sql
+    from todos.models import Agent
+
+    agent = Agent(name="bench", claim_scopes=[QUEUE], create_scopes=[QUEUE])  # unsaved: name and scopes
+    id_at, lease_id_at, key_at = _column("id"), _column("lease_id"), _column("fair_key")
+    params = {
+        "scopes": agent.claim_like_patterns(),
+        "wanted": [QUEUE],
+        "agent": agent.name,
+        "owner": agent.name,
+        "limit": 1,
+        "lease_seconds": 300.0,
+    }
+    visible = agent.visible_like_patterns()
+    done = empty = 0
+    keys: dict[str, int] = {}
+    while time.monotonic() < until:
+        rows = conn.execute(sql.CLAIM_NEXT, params, prepare=True).fetchall()
+        if rows and rows[0][id_at] is None:
+            rows = conn.execute(sql.CLAIM_NEXT_FAIR, params, prepare=True).fetchall()
+        if not rows:
+            empty += 1
+            continue
+        row = rows[0]
+        conn.execute(
+            sql.COMPLETE,
+            {"id": row[id_at], "lease_id": row[lease_id_at], "agent": agent.name, "visible": visible, "result": None},
+            prepare=True,
+        ).fetchall()
+        done += 1
+        keys[row[key_at]] = keys.get(row[key_at], 0) + 1
+    return done, empty, keys
+
+
+def worker(url: str, commands: Any, results: Any, barrier: Any) -> None:
+    h.setup_django(url)
+    conn = psycopg.connect(url, autocommit=True)
+    while (command := commands.get()) is not None:
+        barrier.wait()
+        results.put(run(conn, time.monotonic() + command))
+    conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--levels", default="1,4,16")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=10_000)
+    args = parser.parse_args()
+    _, url = h.scratch_django("fair")
+    rows = int(max(20_000, 6_000 * args.duration))
+    table = []
+    for level in (int(x) for x in args.levels.split(",")):
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(level + 1)
+        results = ctx.Queue()
+        commands = [ctx.Queue() for _ in range(level)]
+        procs = [ctx.Process(target=worker, args=(url, c, results, barrier), daemon=True) for c in commands]
+        for p in procs:
+            p.start()
+        rates: dict[str, list[float]] = {m: [] for m in MODES}
+        shares: list[float] = []
+        try:
+            for i in range(args.runs):
+                for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:  # rotate who goes first
+                    prepare(mode, rows, args.keys)
+                    for c in commands:
+                        c.put(args.duration)
+                    barrier.wait(timeout=120)
+                    outcomes = [results.get(timeout=args.duration + 120) for _ in range(level)]
+                    done = sum(d for d, _, _ in outcomes)
+                    if any(e for _, e, _ in outcomes):
+                        print(f"  warning: {mode} ran out of todos")
+                    rates[mode].append(done / args.duration)
+                    line = f"  level {level} run {i + 1} {mode:8}: {done / args.duration:7.0f} jobs/s"
+                    if mode == "weighted":
+                        heavy = sum(k.get("heavy", 0) for _, _, k in outcomes)
+                        light = sum(k.get("light", 0) for _, _, k in outcomes)
+                        shares.append(heavy / max(light, 1))
+                        line += f", heavy / light {shares[-1]:.2f} over {heavy + light} claims"
+                    print(line, flush=True)
+        finally:
+            for c in commands:
+                c.put(None)
+            for p in procs:
+                p.join(timeout=30)
+        table.append((level, {m: statistics.median(r) for m, r in rates.items()}, shares))
+    print()
+    print(f"| workers | plain jobs/s | fair ({args.keys:,} keys) | fair / plain | weighted 3:1 | heavy / light |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for level, m, shares in table:
+        print(
+            f"| {level} | {m['plain']:,.0f} | {m['fair']:,.0f} | {m['fair'] / m['plain']:.2f} "
+            f"| {m['weighted']:,.0f} | {', '.join(f'{s:.2f}' for s in shares)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
