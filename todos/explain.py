@@ -4,10 +4,11 @@ agent's claim got nothing. Reads only; each reason is computed from the claim's 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
-from todos import states
+from todos import sql, states
 from todos.errors import TodoNotFound
 from todos.models import Agent, TodoState, glob_to_like, visible_patterns
 from todos.rows import fetchall
@@ -97,8 +98,9 @@ def _queue_reasons(r: dict[str, Any], key: str | None = None) -> list[Reason]:
 def explain_todo(todo_id: str, *, agent: Agent) -> dict[str, Any]:
     """Every reason a claim by ``agent`` would not take the todo now, in order: its state (waits and
     dependencies, run_at, a retry's time), the assignee, the queue's pause, max_claimed, rate bucket and per-key
-    cap, the fair-share turn (a note: decided by the claim), the tree's budget, and whether any active agent's
-    claim scopes cover its queue (with when a lease of it was last taken). ``claimable``: no reason."""
+    cap, a parked named limit (issue 31), the fair-share turn (a note: decided by the claim), the tree's budget,
+    and whether any active agent's claim scopes cover its queue (with when a lease of it was last taken).
+    ``claimable``: no reason."""
     rows = fetchall(EXPLAIN_TODO, {"id": todo_id, "agent": agent.name, "visible": visible_patterns(agent)})
     if not rows:
         raise TodoNotFound(f"No todo {todo_id}.")
@@ -115,6 +117,11 @@ def explain_todo(todo_id: str, *, agent: Agent) -> dict[str, Any]:
             {"reason": "assignee", "detail": f"It is assigned to {r['assignee']}: only that agent claims it."}
         )
     reasons += _queue_reasons(r, key=r["fair_key"])
+    parked = fetchall(sql.BLOCKED_OF, {"ids": [todo_id]})
+    if parked and parked[0][1] is not None:  # issue 31: a named limit holding it is parked (a quota wall)
+        shown = parked[0][1]
+        shown = json.loads(shown) if isinstance(shown, str) else shown
+        reasons.append({"reason": "limit_parked", "detail": "A named limit holding it is parked.", "blocked": shown})
     notes: list[Reason] = []
     if r["fair"]:
         notes.append(

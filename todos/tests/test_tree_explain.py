@@ -176,3 +176,19 @@ def test_explain_says_claimable_exactly_when_a_claim_takes_it(agent, shape):
     except QueueError:
         took = False
     assert said["claimable"] is took, (shape, said)
+
+
+def test_a_parked_named_limit_is_a_reason(api, agent):
+    from datetime import UTC, datetime
+
+    from todos import flow
+
+    flow.put("openai", max_claimed=5)
+    held, _ = queue.create(queue="jobs", limits=["openai"])
+    held = queue.claim(held.id, agent=agent)
+    waiting, _ = queue.create(queue="jobs", limits=["openai"])
+    until = datetime.now(UTC) + timedelta(hours=1)
+    queue.park(held.id, agent=agent, lease_id=str(held.lease_id), limit="openai", until=until, reason="429")
+    body = api.get(f"/todos/{waiting.id}/explain/").json()
+    assert [r["reason"] for r in body["reasons"]] == ["limit_parked"]
+    assert body["reasons"][0]["blocked"]["limit"] == "openai"
