@@ -30,7 +30,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from todos import controls, selectors, sql
+from todos import controls, selectors, sql, usage
 
 MINUTES = 60
 
@@ -165,6 +165,8 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
             "total_chart": chart_svg_bars(total.done_per_minute, total.failed_per_minute, width=600, height=90),
             "as_of": as_of,
             "refresh_seconds": 10,
+            "orphans": usage.orphans(),
+            "usage": usage.recent_usage(MINUTES),
         },
     )
 
@@ -174,6 +176,10 @@ def dashboard_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {
             "as_of": as_of.isoformat(),
+            # Issue 30: children whose parent was cancelled or dead-lettered while they are unfinished, and
+            # the usage of the todos completed in the window, per queue and per agent.
+            "orphans": usage.orphans(),
+            "usage_last_hour": usage.recent_usage(MINUTES),
             "queues": [
                 {
                     "name": q.name,

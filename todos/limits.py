@@ -46,6 +46,17 @@ MAX_TREE_PAGE = 100  # nodes one page of GET /todos/<id>/tree/ answers: each is 
 # walk visits the whole subtree up to this bound, then answers "truncated". A root's tree pages by index
 # instead (todo_tree) and has no such bound. 10,000 nodes walk in tens of milliseconds.
 MAX_TREE_WALK = 10_000
+# Cascading cancel (issue 30): descendants one statement cancels (a cascade over 10,000 is one statement,
+# under 2 s: bench/claim/tree_costs.py); a bigger tree is finished by reap_once, this many a step. The
+# trigger of children: "cancel" (todos/sql/functions/todos_children_cancel.sql) writes the same number.
+CASCADE_BATCH = 10_000
+# Cascades left over that one reap_once step resumes.
+CASCADES_PER_REAP = 100
+# Budgets (issue 30): a usage report or a budget is at most this many named counters, each name this long
+# (letters, digits, _ . -), each value a non-negative number up to MAX_USAGE_VALUE (a typo beyond).
+MAX_USAGE_COUNTERS = 16
+MAX_USAGE_NAME_CHARS = 64
+MAX_USAGE_VALUE = 1e15
 MAX_LIST_LIMIT = 100  # todos one MCP list_todos answers
 DEFAULT_LIST_LIMIT = 20
 

@@ -55,6 +55,31 @@ SPAWN_REFUSED = Counter(
     ["limit"],
 )
 
+# Usage reported by workers (issue 30: heartbeat and complete under the receipt), by queue and counter, and
+# by agent and counter. Counter names come from workers, so the label set is bounded: the first
+# USAGE_COUNTER_LABELS names this process sees are labels of their own, the rest count as "other".
+USAGE_REPORTED = Counter(
+    "switchboard_usage", "Usage reported on todos (tokens, cost, ...), by queue and counter.", ["queue", "counter"]
+)
+AGENT_USAGE_REPORTED = Counter(
+    "switchboard_agent_usage", "Usage reported on todos, by the reporting agent and counter.", ["agent", "counter"]
+)
+USAGE_COUNTER_LABELS = 32
+_usage_labels: set[str] = set()
+_usage_lock = threading.Lock()
+
+
+def count_usage(queue: str, agent: str, usage: dict[str, float]) -> None:
+    """Add a report's usage to the usage counters (after its statement changed the todo)."""
+    for name, value in usage.items():
+        with _usage_lock:
+            if name not in _usage_labels and len(_usage_labels) < USAGE_COUNTER_LABELS:
+                _usage_labels.add(name)
+            label = name if name in _usage_labels else "other"
+        USAGE_REPORTED.labels(queue=queue, counter=label).inc(value)
+        AGENT_USAGE_REPORTED.labels(agent=agent, counter=label).inc(value)
+
+
 REAPER_SWEEPS = Counter("switchboard_reaper_sweeps", "Reaper sweeps, by outcome (ok | error).", ["outcome"])
 REAPER_SWEEP_SECONDS = Histogram(
     "switchboard_reaper_sweep_duration_seconds",

@@ -264,6 +264,24 @@ class Todo(models.Model):
     # null: none): its tree takes the smaller of these and its queue's, so a root can tighten its queue's caps
     # but never loosen them.
     spawn_caps = models.JSONField(null=True, blank=True, editable=False)
+    # Cascading cancel (issue 30). children: "cancel" (a create option; null: keep) makes its finish
+    # (done, dead-letter, cancelled) cancel its unfinished descendants, in the statement that finishes it
+    # (trigger todo_finish_cancels_children). cascade: a cascade left unfinished on this todo ({by, reason,
+    # visible}: more than one statement's bound of descendants), which reap_once finishes. revoked_lease_id:
+    # the receipt a cancel took from it (never shown), so that its holder's late complete is kept as
+    # late_result ({result, at, owner}: a tombstone, not applied) and answered 409 cancelled.
+    children = models.CharField(max_length=6, null=True, blank=True, editable=False)
+    cascade = models.JSONField(null=True, blank=True, editable=False)
+    revoked_lease_id = models.CharField(max_length=40, null=True, blank=True, editable=False)
+    late_result = models.JSONField(null=True, blank=True, editable=False)
+    # Budgets (issue 30). usage: the counters its receipt's holders reported ({name: number}); on a root,
+    # tree_usage sums its whole tree's (its own included), raised in the statement that reports usage, and
+    # budget ({name: limit}) caps it: budget_exhausted is set there once a counter reaches its limit, and
+    # claims then skip the tree's todos (todos/sql/budgets.py, BUDGET_OPEN) until an operator raises it.
+    usage = models.JSONField(null=True, blank=True, editable=False)
+    tree_usage = models.JSONField(null=True, blank=True, editable=False)
+    budget = models.JSONField(null=True, blank=True, editable=False)
+    budget_exhausted = models.BooleanField(null=True, blank=True, editable=False)
     # A producer's callback (issue 29), given at create: {"url", "events": ["done", "dead_lettered"], "agent":
     # the creator, whose webhook_secret signs it, "max_attempts"}. Null for a plain create (no bytes beyond the
     # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
@@ -402,12 +420,19 @@ class Todo(models.Model):
             # non-HOT update, as for any partial index that holds it.
             # A parent's children: the subtree walk of GET /todos/<id>/tree/ and the live-children count.
             models.Index(fields=["parent_id"], condition=Q(parent_id__isnull=False), name="todo_children"),
+            # Cascades left unfinished (reap_once's step): a handful of rows at most.
+            models.Index(fields=["id"], condition=Q(cascade__isnull=False), name="todo_cascade_pending"),
             # A root's descendants in tree order (depth, then id): a tree page and ?root= are one range.
             models.Index(fields=["root_id", "depth", "id"], condition=Q(root_id__isnull=False), name="todo_tree"),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} [{self.queue}] {self.state}"
+
+    @property
+    def children_policy(self) -> str:
+        """What its finish does to what is left under it: "cancel", or "keep" (stored as NULL)."""
+        return self.children or "keep"
 
     @property
     def tree_root_id(self) -> str:

@@ -24,6 +24,7 @@ from todos.limits import (
 )
 from todos.models import ALL_QUEUES, Agent, Todo, TodoState, glob_to_like, visible_patterns
 from todos.rows import fetchall
+from todos.usage import load_blocked
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,10 @@ def show_blocked(todos: Iterable[Todo]) -> None:
 def show_awaited(todos: Iterable[Todo]) -> None:
     """A resolution by todos stores their ids; shown (on each todo given, in place) with each one's state
     and result as they are now, read in one query for all. A result over MAX_SHOWN_RESULT_CHARS of JSON
-    reads {"truncated": true}: GET that todo for all of it. A read, never a transition."""
+    reads {"truncated": true}: GET that todo for all of it. A read, never a transition. Also reads the budget
+    flag of each child's root (todos/usage.py, load_blocked), so that rendering them queries nothing."""
+    todos = list(todos)
+    load_blocked(todos)
     resolved: list[tuple[Todo, dict[str, Any]]] = [
         (t, t.resolution)
         for t in todos
@@ -172,6 +176,11 @@ class TreePage:
     after: tuple[int, str] | None
     # The subtree of a todo below its root is walked up to MAX_TREE_WALK nodes: past that, some are missing.
     truncated: bool
+    # The whole tree's usage summed on its root (issue 30), its budget and whether it is spent; None when the
+    # root is outside the caller's scopes.
+    tree_usage: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    budget_exhausted: bool = False
 
 
 def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, limit: int = MAX_TREE_PAGE) -> TreePage:
@@ -182,6 +191,13 @@ def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, 
     if not found:
         raise TodoNotFound(f"No todo {todo_id}.")
     is_root = found[0] is None
+    shown = (
+        Todo.objects.visible_to(agent)
+        .filter(pk=found[0] or todo_id)
+        .values("tree_usage", "budget", "budget_exhausted")
+        .first()
+    )
+    root: dict[str, Any] = dict(shown) if shown is not None else {}
     depth, after_id = after if after is not None else (-1, "")
     params = {
         "id": todo_id,
@@ -195,4 +211,11 @@ def tree_page(agent: Agent, todo_id: str, after: tuple[int, str] | None = None, 
     truncated = bool(rows) and not is_root and bool(rows[0][8])
     nodes = [TreeNode(*row[:8]) for row in rows[:limit]]
     more = len(rows) > limit
-    return TreePage(nodes, (nodes[-1].depth, nodes[-1].id) if more else None, truncated)
+    return TreePage(
+        nodes,
+        (nodes[-1].depth, nodes[-1].id) if more else None,
+        truncated,
+        root.get("tree_usage"),
+        root.get("budget"),
+        bool(root.get("budget_exhausted")),
+    )

@@ -82,11 +82,11 @@ def ops_for(todo: Todo) -> list[Op]:
     label = states.label(todo)
     names = {
         "dead-letter": ["retry_reset", "retry_once", "discard"],
-        "retry-waiting": ["retry_now", "discard", "cancel"],
-        "pending": ["set_priority", "discard", "cancel"],
-        "scheduled": ["run_now", "set_priority", "discard", "cancel"],
-        "claimed": ["force_release", "cancel"],
-        "waiting": ["approve", "reject", "cancel"],
+        "retry-waiting": ["retry_now", "discard", "cancel", "cancel_tree"],
+        "pending": ["set_priority", "discard", "cancel", "cancel_tree"],
+        "scheduled": ["run_now", "set_priority", "discard", "cancel", "cancel_tree"],
+        "claimed": ["force_release", "cancel", "cancel_tree"],
+        "waiting": ["approve", "reject", "cancel", "cancel_tree"],
     }.get(label, [])
     return [OPS[name] for name in names]
 
@@ -167,11 +167,11 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             },
         ),
         ("Event", {"fields": ("event_link", "sibling_todos")}),
-        ("Tree", {"fields": ("tree_links",)}),
+        ("Tree", {"fields": ("tree_links", "tree_budget")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Wait", {"fields": ("waiting_for_json", "waits_until", "resolution_json")}),
         ("Progress", {"fields": ("progress_json", "checkpoint_json", "traceparent")}),
-        ("Result", {"fields": ("result_json",)}),
+        ("Result", {"fields": ("result_json", "late_result_json")}),
         ("History", {"fields": ("timeline", "errors_json")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
@@ -372,6 +372,25 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
             items or "none",
             more,
         )
+
+    @admin.display(description="usage and budget")
+    def tree_budget(self, obj: Todo) -> SafeString | str:
+        """Its usage; a root's tree usage and budget (issue 30). An operator raises a budget with
+        PATCH /api/v1/todos/<id>/budget/ or the "Set budget" action."""
+        if obj.usage is None and obj.budget is None and obj.tree_usage is None:
+            return "—"
+        blocked = " · blocked: budget spent" if obj.budget_exhausted else ""
+        return format_html(
+            "usage {} · tree usage {} · budget {}{}",
+            show.pretty_json(obj.usage),
+            show.pretty_json(obj.tree_usage),
+            show.pretty_json(obj.budget),
+            blocked,
+        )
+
+    @admin.display(description="late result (after a cancel; kept, not applied)")
+    def late_result_json(self, obj: Todo) -> SafeString | str:
+        return show.pretty_json(obj.late_result) if obj.late_result is not None else "—"
 
     @admin.display(description="other todos of this event")
     def sibling_todos(self, obj: Todo) -> SafeString | str:

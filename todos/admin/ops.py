@@ -4,9 +4,11 @@ and the "apply to every matching todo" view (todos/admin/bulk.py) run through ``
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
@@ -36,6 +38,25 @@ def _priority(note: str) -> int:
         return int(note.strip())
     except ValueError:
         raise InvalidTransitionInput(f"{note.strip()!r} is not a whole number.", field="priority") from None
+
+
+def _budget(note: str) -> Any:
+    """The budget an operator typed into the note field, as JSON; queue.set_budget checks its counters."""
+    try:
+        return json.loads(note)
+    except ValueError:
+        raise InvalidTransitionInput(f"{note.strip()!r} is not JSON.", field="budget") from None
+
+
+def _set_budgets(ids: list[str], note: str) -> list[Todo]:
+    """set_budget of each root among ``ids`` (a budget is set by hand, on few roots: one statement each)."""
+    budget, done = _budget(note), []
+    for pk in ids:
+        try:
+            done.append(queue.set_budget(pk, budget=budget))
+        except TodoConflict:
+            continue  # not a root: skipped, like any todo an action's guard passes over
+    return done
 
 
 def _resolve(verdict: str) -> tuple[Callable[[str, str, str], Todo], Callable[[list[str], str, str], list[Todo]]]:
@@ -109,6 +130,24 @@ OPS: dict[str, Op] = {
             lambda pk, who, note: queue.cancel(pk, operator=who, reason=note),
             lambda ids, who, note: queue.cancel_many(ids, operator=who, reason=note),
             note_label="Reason (optional, kept in the todo's history)",
+        ),
+        Op(
+            "cancel_tree",
+            "Cancel with its descendants (cascade)",
+            "cancelled with their unfinished descendants",
+            "only pending, scheduled, waiting, retry-waiting and claimed todos can be cancelled",
+            lambda pk, who, note: queue.cancel(pk, operator=who, reason=note, cascade=True),
+            lambda ids, who, note: queue.cancel_many(ids, operator=who, reason=note, cascade=True),
+            note_label="Reason (optional, kept in the todo's history)",
+        ),
+        Op(
+            "set_budget",
+            "Set a tree's budget (roots only)",
+            "given the new budget",
+            "only a tree's root has a budget",
+            lambda pk, who, note: queue.set_budget(pk, budget=_budget(note)),
+            lambda ids, who, note: _set_budgets(ids, note),
+            note_label='New budget as JSON, e.g. {"cost_usd": 10}',
         ),
         Op(
             "run_now",

@@ -102,6 +102,8 @@ def _fast_rules() -> tuple[dict[str, Any], dict[str, Any]]:
         "run_at": lambda v: v is None,  # a time to parse: the serializer's
         "traceparent": lambda v: v is None,  # a header to parse: the serializer's
         "spawn_caps": lambda v: v is None,  # an object to validate: the serializer's
+        "children": lambda v: v in ("keep", "cancel"),
+        "budget": lambda v: v is None,  # counters to validate: the serializer's
         "callback": lambda v: v is None,  # an object to validate: the serializer's
         # a task protocol's reserved prefix (mcp-task:, a2a:) is the serializer's 400
         "source": lambda v: source(v) and not v.startswith(TASK_SOURCE_PREFIXES),

@@ -229,6 +229,9 @@ TREE_EXAMPLES = [
             ],
             "next": None,
             "truncated": False,
+            "tree_usage": {"tokens_in": 12000, "cost_usd": 0.84},
+            "budget": {"cost_usd": 5},
+            "budget_exhausted": False,
         }
     )
 ]

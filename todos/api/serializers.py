@@ -24,6 +24,7 @@ from todos.api.fields import (
     _lease_id_field,
     _worker_field,
 )
+from todos.errors import InvalidTransitionInput
 from todos.limits import (
     DEPENDENCY_RESULTS_MAX_BYTES,
     LONG_POLL_MAX_SECONDS,
@@ -40,6 +41,7 @@ from todos.limits import (
     MAX_QUEUE_LIMIT,
     MAX_RETRY_IN_SECONDS,
     MAX_TREE_DEPTH,
+    MAX_USAGE_COUNTERS,
     OUTBOUND_MAX_URL_CHARS,
     WAIT_TIMEOUT_MAX_SECONDS,
 )
@@ -55,6 +57,7 @@ from todos.models import (
 )
 from todos.queue import TodoRef
 from todos.selectors import dependencies_of
+from todos.usage import blocked, counters
 
 # --- output -----------------------------------------------------------------------------------
 
@@ -73,7 +76,8 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     dead_letter = serializers.SerializerMethodField(help_text="Failed with no retry scheduled.")
     limits = serializers.SerializerMethodField(help_text="Named limits it names itself (its queue's are not listed).")
     blocked = serializers.SerializerMethodField(
-        help_text="While a limit holding it is parked: {limit, until, reason} (on GET of it or of a list)."
+        help_text="While a limit holding it is parked: {limit, until, reason} (on GET of it or of a list); while "
+        "its tree has spent its budget (issue 30): {reason: budget, root_id}."
     )
     dependencies = serializers.SerializerMethodField(
         help_text=f"The todos it depends on, in the order given (at most {MAX_DEPENDENCIES}), each with its "
@@ -92,6 +96,26 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
     )
     root_id = serializers.CharField(source="tree_root_id", read_only=True, help_text="Its tree's root: its own id.")
     depth = serializers.IntegerField(source="tree_depth", read_only=True, help_text="Below its root: 0 for a root.")
+    children = serializers.CharField(
+        source="children_policy",
+        read_only=True,
+        help_text="`cancel`: its finish cancels what is left under it; `keep` (default): not.",
+    )
+    usage = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="The counters its workers reported {tokens_in, cost_usd, ...}."
+    )
+    tree_usage = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="A root's: the whole tree's usage summed (its own included)."
+    )
+    budget = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="A root's budget {counter: limit}; null: none."
+    )
+    late_result = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text="A cancelled todo's tombstone: the result {result, at, owner} its worker sent after the cancel "
+        "revoked its lease (kept, not applied).",
+    )
     resolution = serializers.JSONField(
         read_only=True,
         allow_null=True,
@@ -139,6 +163,11 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id",
             "root_id",
             "depth",
+            "children",
+            "usage",
+            "tree_usage",
+            "budget",
+            "late_result",
             "limits",
             "blocked",
             "expires_at",
@@ -150,7 +179,7 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_blocked(self, todo: Todo) -> dict[str, Any] | None:
-        return getattr(todo, "blocked", None)
+        return blocked(todo)
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_limits(self, todo: Todo) -> list[str]:
@@ -205,8 +234,13 @@ class TodoSerializer(serializers.ModelSerializer[Todo]):
             "parent_id": todo.parent_id,
             "root_id": todo.root_id or todo.id,
             "depth": todo.depth or 0,
+            "children": todo.children_policy,
+            "usage": todo.usage,
+            "tree_usage": todo.tree_usage,
+            "budget": todo.budget,
+            "late_result": todo.late_result,
             "limits": todo.limits or [],
-            "blocked": getattr(todo, "blocked", None),
+            "blocked": self.get_blocked(todo),
             "expires_at": _iso(todo.expires_at),
         }
 
@@ -374,6 +408,27 @@ class SpawnCapsInput(StrictInput):
     max_descendants = serializers.IntegerField(min_value=0, max_value=MAX_QUEUE_LIMIT, required=False)
 
 
+class CountersField(serializers.JSONField):
+    """Named counters {name: number} (issue 30: usage, budget), checked by the queue's one rule
+    (todos/queue/trees.py, counters): bounded names and count, non-negative numbers (above 0 for a budget)."""
+
+    def __init__(self, *, positive: bool = False, **kwargs: Any) -> None:
+        self.positive = positive
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return counters(data, self.field_name or "usage", positive=self.positive)
+        except InvalidTransitionInput as exc:
+            raise serializers.ValidationError(exc.detail) from None
+
+
+_USAGE_HELP = (
+    "What this attempt used since its last report, as named counters {tokens_in, tokens_out, cost_usd, ...} "
+    f"(at most {MAX_USAGE_COUNTERS}, each a number 0 or more): added to the todo's usage and its tree's."
+)
+
+
 class CallbackInput(StrictInput):
     """Where to POST the todo when it is done or dead-lettered: a signed Standard Webhooks request."""
 
@@ -453,6 +508,21 @@ class TodoCreateInput(StrictInput):
         default=None,
         help_text="A root's own spawn caps {max_depth, max_children, max_descendants}, tighter than its queue's "
         "(the smaller holds). Not with parent.",
+    )
+    children = serializers.ChoiceField(
+        choices=[("keep", "keep"), ("cancel", "cancel")],
+        required=False,
+        default="keep",
+        help_text="When this todo finishes (done, dead-letter, cancelled): `cancel` what is left under it, in "
+        "the same transaction, or `keep` it (default).",
+    )
+    budget = CountersField(
+        positive=True,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A root's budget {cost_usd: 5, ...}: once its tree's usage reaches a counter's limit, claims "
+        "skip the tree's todos (blocked: budget) until an operator raises it. Not with parent.",
     )
     callback = CallbackInput(
         required=False,
@@ -569,6 +639,11 @@ class TreePageSerializer(serializers.Serializer[Any]):
     nodes = TreeNodeSerializer(many=True)
     next = serializers.CharField(allow_null=True, help_text="the next page's URL; null on the last")
     truncated = serializers.BooleanField(help_text="a subtree below its root past the walk's bound: nodes missing")
+    tree_usage = serializers.JSONField(
+        allow_null=True, help_text="the whole tree's usage, summed on its root (null: none, or a root you cannot see)"
+    )
+    budget = serializers.JSONField(allow_null=True, help_text="the root's budget {counter: limit}")
+    budget_exhausted = serializers.BooleanField(help_text="a counter reached its budget: claims skip the tree")
 
 
 class TreeInput(serializers.Serializer[Any]):
@@ -631,11 +706,19 @@ class HeartbeatInput(StrictInput):
         help_text=f"A JSON object (at most {MAX_CHECKPOINT_BYTES // 1024} KB) handed to the next claimer if this "
         "attempt ends.",
     )
+    usage = CountersField(required=False, allow_null=True, default=None, help_text=_USAGE_HELP)
 
 
 class CompleteInput(StrictInput):
     lease_id = _lease_id_field()
     result = BoundedJSONField(required=False, allow_null=True, default=None)
+    usage = CountersField(required=False, allow_null=True, default=None, help_text=_USAGE_HELP)
+
+
+class BudgetInput(StrictInput):
+    budget = CountersField(
+        positive=True, help_text="The root's new budget {counter: limit, ...}, replacing its old one."
+    )
 
 
 class ParkInput(StrictInput):
@@ -752,6 +835,12 @@ class BatchCompleteInput(StrictInput):
 class CancelInput(StrictInput):
     reason = serializers.CharField(
         max_length=MAX_NOTE_CHARS, required=False, allow_blank=True, default="", help_text="kept in the history"
+    )
+    cascade = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Cancel its unfinished descendants too (those in your scopes), in the same transaction; each "
+        "records `ancestor <id> cancelled by <you>`. A huge tree is finished by the reaper.",
     )
 
 

@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from switchboard import executor, ids
 from switchboard.api import STATUS_BY_CODE, CreatedCursorPagination, SafeJSONParser, error_body, exception_handler
-from todos import auth, budgets, controls, flow, longpoll, queue, results, selectors, states, tracing
+from todos import auth, budgets, controls, explain, flow, longpoll, queue, results, selectors, states, tracing
 from todos.api import schema as docs
 from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
@@ -33,6 +33,7 @@ from todos.api.serializers import (
     BatchCompleteResultSerializer,
     BatchCreateInput,
     BatchCreateResultSerializer,
+    BudgetInput,
     CancelInput,
     ClaimedSerializer,
     ClaimNextInput,
@@ -330,7 +331,77 @@ class TodoTreeApi(APIView):
         if page.after is not None:
             following = replace_query_param(request.build_absolute_uri(), "cursor", _tree_cursor(page.after))
         nodes = [dataclasses.asdict(node) for node in page.nodes]
-        return Response({"nodes": nodes, "next": following, "truncated": page.truncated})
+        return Response(
+            {
+                "nodes": nodes,
+                "next": following,
+                "truncated": page.truncated,
+                "tree_usage": page.tree_usage,
+                "budget": page.budget,
+                "budget_exhausted": page.budget_exhausted,
+            }
+        )
+
+
+class ExplainInput(serializers.Serializer[Any]):
+    queues = serializers.CharField(
+        required=False, max_length=2000, help_text="Comma-separated queue names or globs (default: all your scopes)."
+    )
+
+
+_EXPLAIN_ANSWER = inline_serializer(
+    "Explanation",
+    {
+        "id": serializers.CharField(),
+        "claimable": serializers.BooleanField(),
+        "reasons": serializers.ListField(child=serializers.DictField()),
+        "notes": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+class TodoExplainApi(APIView):
+    @extend_schema(
+        operation_id="todos_explain",
+        summary="Why isn't this todo running?",
+        description="Every reason a claim by you would not take this todo now, in order: its state (waiting and "
+        "its dependencies, run_at, a retry's time), its assignee, its queue paused, max_claimed reached, the rate "
+        "bucket empty, its fair key at max_claimed_per_key, its tree's budget spent, and no agent whose claim "
+        "scopes cover its queue (with when a lease of it was last taken). `claimable` is true when there is "
+        "none; `notes` say what may still delay it (a fair queue's turns). 404 for a todo you cannot see.",
+        **docs.documented(_EXPLAIN_ANSWER, (401, 404), []),
+    )
+    def get(self, request: Request, todo_id: str) -> Response:
+        return Response(explain.explain_todo(_todo_id(todo_id), agent=caller_agent(request)))
+
+
+class AgentExplainApi(APIView):
+    @extend_schema(
+        operation_id="agents_me_explain",
+        summary="Why did my claim get nothing?",
+        description="Per queue of your claim scopes (narrowed by `queues`), what stops a claim by you now: "
+        "paused, max_claimed reached, the rate bucket empty, or nothing claimable by you (trees whose budget is "
+        "spent, todos assigned to other agents, todos scheduled later). `outside_scopes`: names you asked for "
+        "that no claim scope of yours covers.",
+        parameters=[OpenApiParameter("queues", str, description="comma-separated names or globs")],
+        **docs.documented(
+            inline_serializer(
+                "AgentExplanation",
+                {
+                    "agent": serializers.CharField(),
+                    "queues": serializers.ListField(child=serializers.DictField()),
+                    "truncated": serializers.BooleanField(),
+                    "outside_scopes": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            (400, 401),
+            [],
+        ),
+    )
+    def get(self, request: Request) -> Response:
+        given = _valid(ExplainInput, request.query_params).get("queues")
+        wanted = [q.strip() for q in given.split(",") if q.strip()] if given else None
+        return Response(explain.explain_agent(caller_agent(request), queues=wanted))
 
 
 class TodoRunNowApi(APIView):
@@ -441,7 +512,9 @@ class TodoHeartbeatApi(APIView):
     )
     def post(self, request: Request, todo_id: str) -> Response:
         data = _valid(HeartbeatInput, request.data)
-        return _render(queue.heartbeat(_todo_id(todo_id), agent=auth.working_agent(request), **data))
+        todo = queue.heartbeat(_todo_id(todo_id), agent=auth.working_agent(request), **data)
+        # Issue 30: its tree has spent its budget, so the worker should stop (the lease is still extended).
+        return Response({**TodoSerializer(todo).data, "budget_exhausted": todo.tree_budget_exhausted})  # type: ignore[attr-defined]
 
 
 class TodoCompleteApi(APIView):
@@ -654,7 +727,34 @@ class TodoCancelApi(APIView):
     def post(self, request: Request, todo_id: str) -> Response:
         agent = _operating_agent(request, _todo_id(todo_id))
         data = _valid(CancelInput, request.data)
-        return _render(queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data))
+        todo = queue.cancel(_todo_id(todo_id), operator=agent.name, agent=agent, **data)
+        if not data["cascade"]:
+            return _render(todo)
+        return Response({**TodoSerializer(todo).data, "cascaded": todo.cascaded})  # type: ignore[attr-defined]
+
+
+class TodoBudgetApi(APIView):
+    @extend_schema(
+        operation_id="todos_budget",
+        summary="Set a tree's budget (operator)",
+        description="A root's budget {counter: limit, ...}, replacing its old one; raising it past the tree's "
+        "usage unblocks the tree at once. Staff, or an agent made with --can-manage whose scopes cover the "
+        "root's queue; 404 outside your scopes, 409 for a todo that is not a root.",
+        request=BudgetInput,
+        **docs.documented(TodoSerializer, (400, 401, 403, 404, 409, 413), []),
+    )
+    def patch(self, request: Request, todo_id: str) -> Response:
+        agent = caller_agent(request)
+        todo_id = _todo_id(todo_id)
+        if not agent.can_manage_queues:
+            detail = (
+                "This needs the todos.change_queue permission, as in the admin."
+                if auth.is_staff_session(agent)
+                else "This agent may not set budgets (create_agent --can-manage)."
+            )
+            raise _refused(agent, todo_id, detail)
+        data = _valid(BudgetInput, request.data)
+        return _render(queue.set_budget(todo_id, budget=data["budget"], agent=agent))
 
 
 def _managed_queue(request: Request, name: str) -> Agent:

@@ -27,7 +27,7 @@ from rest_framework.utils import encoders
 
 from switchboard import dberrors, executor, ids
 from switchboard.api import error_body
-from todos import limits, longpoll, queue, results, selectors
+from todos import explain, limits, longpoll, queue, results, selectors
 from todos.api.batch import batch_parent, valid_batch
 from todos.api.serializers import (
     ClaimNextInput,
@@ -185,6 +185,29 @@ def _with_receipt(
     return call
 
 
+async def heartbeat(agent: Agent, args: Args) -> JSONObject:
+    """queue.heartbeat, answering also budget_exhausted (issue 30: its tree has spent its budget: stop)."""
+    todo_id = _todo_id(args)
+    data = _valid(HeartbeatInput, args)
+
+    def run() -> JSONObject:
+        todo = queue.heartbeat(todo_id, agent=agent, **data)
+        return {**_one(todo), "budget_exhausted": todo.tree_budget_exhausted}  # type: ignore[attr-defined]
+
+    return await in_thread(run)
+
+
+async def explain_tool(agent: Agent, args: Args) -> JSONObject:
+    """GET /todos/<id>/explain/ with an id, else GET /agents/me/explain/ (todos/explain.py)."""
+    queues = args.get("queues")
+    if queues is not None and (not isinstance(queues, list) or not all(isinstance(q, str) for q in queues)):
+        raise serializers.ValidationError({"queues": ["A list of queue names or globs."]})
+    if args.get("id") is not None:
+        todo_id = _todo_id(args)
+        return await in_thread(lambda: explain.explain_todo(todo_id, agent=agent))
+    return await in_thread(lambda: explain.explain_agent(agent, queues=queues))
+
+
 async def wait(agent: Agent, args: Args) -> JSONObject:
     todo_id = _todo_id(args)
     data = _valid(WaitInput, args)
@@ -264,10 +287,10 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "title": _STR,
     "payload": {},
     "assignee": _STR,
-    "idempotency_key": {"type": "string", "description": "Same key, queue: that todo."},
-    "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first; 0."},
-    "run_at": {"type": "string", "format": "date-time", "description": "Not before (RFC 3339, offset)."},
-    "delay_seconds": {"type": "number", "minimum": 0, "description": "Not with run_at."},
+    "idempotency_key": _STR,  # same key and queue: that todo (the name says it)
+    "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first."},
+    "run_at": {"type": "string", "format": "date-time"},  # not before: RFC 3339 with an offset
+    "delay_seconds": {"type": "number", "minimum": 0},  # not with run_at: a 400 says so
     "fair_key": {"type": "string", "description": "Fair queues: whose share."},
     "traceparent": _STR,  # W3C Trace Context: the name says it
     "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first."},
@@ -275,6 +298,8 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
     "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
     "callback": {},  # {url, events}: a signed webhook when done or dead-lettered, as REST's
+    "children": {},  # "cancel": its finish cancels what is left under it; "keep" (default)
+    "budget": {},  # a root's {counter: limit}, as REST's
 }
 
 TOOLS: dict[str, Tool] = {
@@ -282,7 +307,7 @@ TOOLS: dict[str, Tool] = {
     for tool in [
         Tool(
             "list_todos",
-            "Todos in your queues, newest first (or truncated).",
+            "Todos in your queues, newest first.",
             _input(
                 {
                     "queue": _STR,
@@ -300,7 +325,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "get_todo",
-            "One todo by id. wait_seconds: answer once it is finished, or then.",
+            "One todo; wait_seconds: answer once it finishes.",
             _input(
                 {"id": _ID, "wait_seconds": {"type": "number", "minimum": 0, "maximum": LONG_POLL_MAX_SECONDS}}, ("id",)
             ),
@@ -310,8 +335,8 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "claim",
-            "Lease the next todo from your queues (or the one with id); null if none came within wait_seconds. "
-            "Holding the lease: heartbeat, then complete, fail or release.",
+            "Lease the next todo of your queues (or id); null if none in wait_seconds. Then heartbeat; complete, "
+            "fail or release.",
             _input(
                 {
                     "id": _ID,
@@ -330,7 +355,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease every third of it; optional progress, checkpoint (JSON for a next claimer).",
+            "Extend your lease (each third of it). Optional progress, checkpoint, usage.",
             _input(
                 {
                     "id": _ID,
@@ -338,37 +363,38 @@ TOOLS: dict[str, Tool] = {
                     "lease_seconds": _LEASE_SECONDS,
                     "progress": {"type": "object", "properties": {"percent": _NUM, "message": _STR}},
                     "checkpoint": {"type": "object"},
+                    "usage": {},
                 },
                 ("id", "lease_id"),
             ),
             _ONE_TODO,
-            _with_receipt(queue.heartbeat, HeartbeatInput),
+            heartbeat,
         ),
         Tool(
             "complete",
             "Finish a leased todo with a JSON result.",
-            _input({"id": _ID, "lease_id": _LEASE_ID, "result": {}}, ("id", "lease_id")),
+            _input({"id": _ID, "lease_id": _LEASE_ID, "result": {}, "usage": {}}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.complete, CompleteInput),
         ),
         Tool(
             "fail",
-            "Fail a leased todo; retried with backoff (or retry_in_seconds) until out of attempts.",
+            "Fail a leased todo: retried (backoff or retry_in_seconds) until attempts run out.",
             _input({"id": _ID, "lease_id": _LEASE_ID, "error": _STR, "retry_in_seconds": _NUM}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.fail, FailInput),
         ),
         Tool(
             "release",
-            "Hand a leased todo back untouched; costs no attempt.",
+            "Hand a leased todo back; costs no attempt.",
             _input({"id": _ID, "lease_id": _LEASE_ID}, ("id", "lease_id")),
             _ONE_TODO,
             _with_receipt(queue.release, ReleaseInput),
         ),
         Tool(
             "wait",
-            "Give your lease back until for resolves: {todos:[ids]} finish, {event:{source,type,match}} arrives, "
-            "{token:true} is resolved, {people:{users,groups,title,...}} decide, or a resolvers agent does.",
+            "Give the lease back until for resolves: {todos:[ids]}, {event:{source,type,match}}, {token:true}, "
+            "{people:{users,groups,...}} or a resolver.",
             _input(
                 {
                     "id": _ID,
@@ -385,14 +411,21 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            f"Create a todo in your create scopes. Or todos: up to {MAX_CREATE_BATCH} "
-            "(plus depends_on_index: earlier items), all or none.",
+            f"Create a todo in your scopes, or todos: up to {MAX_CREATE_BATCH} at once, all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {
                 "type": "object",
                 "properties": {"todo": TODO_SCHEMA, "created": {"type": "boolean"}, "outcomes": {"type": "array"}},
             },
             create_for,
+        ),
+        Tool(
+            "explain",
+            "Why id is not claimed; no id: why your claims get none.",
+            _input({"id": _ID, "queues": {}}),
+            {"type": "object"},
+            explain_tool,
+            read_only=True,
         ),
         Tool(
             "list_queues",

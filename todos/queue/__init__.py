@@ -7,8 +7,9 @@ Every door, the batch ones included, is counted in switchboard_todo_transitions_
 the cursor and row plumbing is in todos/rows.py.
 
 The modules mirror todos/sql/: ``create``, ``claim``, ``lease`` (the holder's doors), ``waits``,
-``operators``, ``reaper`` and ``flow`` (parking on a quota wall, issue 31); ``_common`` holds what they
-share. Callers import this package and use its names, never a module's.
+``operators``, ``reaper``, ``flow`` (parking on a quota wall, issue 31) and ``trees`` (issue 30: cascades, late
+results, budgets); ``_common`` holds what they share. Callers import this package and use its names, never a
+module's.
 """
 
 from todos.queue._common import JSON
@@ -43,9 +44,11 @@ from todos.queue.reaper import (
     requeue_lapsed,
     time_out_waits,
 )
+from todos.queue.trees import CHILDREN_POLICIES, resume_cascades, set_budget
 from todos.queue.waits import resolve, resolve_events, resolve_token, wait
 
 __all__ = [
+    "CHILDREN_POLICIES",
     "CREATE_FIELDS",
     "JSON",
     "LapseResult",
@@ -79,12 +82,14 @@ __all__ = [
     "resolve",
     "resolve_events",
     "resolve_token",
+    "resume_cascades",
     "retry_dead_letter",
     "retry_dead_letter_many",
     "retry_now",
     "retry_now_many",
     "run_now",
     "run_now_many",
+    "set_budget",
     "set_priority",
     "set_priority_many",
     "time_out_waits",

@@ -67,7 +67,7 @@ def miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = 
         row = cursor.fetchone()
     if row is None:
         return TodoNotFound(f"No todo {todo_id}.")
-    state, dead, current_lease, owner_agent, paused, limited, last_reason = row
+    state, dead, current_lease, owner_agent, paused, limited, budget_spent, last_reason = row
     if state == TodoState.CANCELLED and last_reason == SUPERSEDED:
         # A create with supersede replaced it (issue 31): 409 superseded.
         return TodoSuperseded(f"Cannot {action} {todo_id}: a newer todo superseded it.", state=state, dead_letter=False)
@@ -81,6 +81,13 @@ def miss(todo_id: str, agent: Agent | None, action: str, lease_id: str | None = 
     if closed_queue:
         why = _CLOSED_QUEUE[action, bool(paused)]
         return TodoConflict(why.detail.format(id=todo_id), state=state, dead_letter=dead, reason=why.reason)
+    if action == "claim" and budget_spent:
+        return TodoConflict(
+            f"Cannot claim {todo_id} now: its tree has spent its budget (an operator raises it).",
+            state=state,
+            dead_letter=dead,
+            reason="budget_exhausted",
+        )
     if lease_id is not None and not holds_receipt:
         return TodoConflict(
             f"Cannot {action} {todo_id}: the lease_id is not the current receipt (the lease lapsed and the todo "

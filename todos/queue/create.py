@@ -42,7 +42,9 @@ from todos.models import (
 from todos.queue._common import JSON, SUPERSEDED, priority_problem
 from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
+from todos.queue.trees import CHILDREN_POLICIES
 from todos.rows import fetch_todos, fetchall
+from todos.usage import counters
 
 CREATE_FIELDS = (
     "queue",
@@ -63,6 +65,8 @@ CREATE_FIELDS = (
     "depends_on_index",
     "on_dependency_failure",
     "spawn_caps",
+    "children",
+    "budget",
     "callback",
     "limits",
     "expires_at",
@@ -92,6 +96,8 @@ def create(
     on_dependency_failure: str = OnDependencyFailure.CANCEL,
     parent: Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
+    children: str = "keep",
+    budget: Mapping[str, float] | None = None,
     callback: Mapping[str, Any] | None = None,
     limits: Sequence[str] | None = None,
     supersede: bool = False,
@@ -111,6 +117,9 @@ def create(
     (parent_id, root_id, depth), within its tree's spawn caps (ParentNotHeld, SpawnLimitReached).
     ``spawn_caps``: a root's own caps ({max_depth, max_children, max_descendants}, each optional), tighter
     than its queue's (the smaller of the two holds); not with ``parent``.
+    ``children``: "cancel" makes its finish cancel what is left under it (todos/queue/trees.py); "keep" not.
+    ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree; not with
+    ``parent``.
     ``callback``: ``{"url", "events"}`` (events: ``done`` and/or ``dead_lettered``, default both): when the todo
     gets there, a signed webhook of ``todo.done`` / ``todo.dead_lettered`` with the todo's JSON goes to the
     URL (todos/notices.py), signed with the creating agent's webhook_secret. The URL passes the SSRF guard
@@ -141,6 +150,8 @@ def create(
         "depends_on": depends_on,
         "on_dependency_failure": on_dependency_failure,
         "spawn_caps": spawn_caps,
+        "children": children,
+        "budget": budget,
         "callback": callback,
         "limits": limits,
         "expires_at": expires_at,
@@ -297,6 +308,9 @@ def _check_item(item: Mapping[str, Any], agent: Agent | None, index: int | None,
             "spawn_caps",
             index,
         )
+    if item.get("children", "keep") not in CHILDREN_POLICIES:
+        raise _invalid("children must be 'keep' or 'cancel'.", "children", index)
+    counters(item.get("budget"), "budget", positive=True, index=index)
     if (callback := item.get("callback")) is not None:
         _check_callback(callback, agent, index)
     if (problem := limit_names_problem(item.get("limits"))) is not None:
@@ -373,6 +387,8 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
         row["waiting_for"] = {"todos": wanted}
     if target:
         row["has_dependents"] = True
+    if item.get("children") == "cancel":  # "keep" is NULL: a plain create writes nothing more
+        row["children"] = "cancel"
     if names := item.get("limits"):  # NULL for none: a plain create writes nothing more
         row["limits"] = sorted(set(names))
     if (expires_at := item.get("expires_at")) is not None:
@@ -383,7 +399,7 @@ def _item_row(item: Mapping[str, Any], todo_id: str, wanted: list[str], target: 
 
 
 _DEFAULTED = ("source", "kind", "title", "fair_key", "max_attempts", "priority", "on_dependency_failure")
-_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps")
+_NULLABLE = ("payload", "event_id", "idempotency_key", "assignee", "spawn_caps", "budget")
 _SPAWN_CAPS = frozenset(("max_depth", "max_children", "max_descendants"))
 
 
@@ -408,6 +424,8 @@ def _create_many(
         raise InvalidTransitionInput("Only an agent holding the parent's lease may name a parent.", field="parent")
     if parent is not None and any(item.get("spawn_caps") is not None for item in items):
         raise InvalidTransitionInput("spawn_caps are a root's: a child takes its tree's.", field="spawn_caps")
+    if parent is not None and any(item.get("budget") is not None for item in items):
+        raise InvalidTransitionInput("A budget is a root's: a child spends its tree's.", field="budget")
     if len(items) > MAX_CREATE_BATCH:
         raise InvalidTransitionInput(f"At most {MAX_CREATE_BATCH} todos a batch.", field="todos")
     allowed: dict[str, bool] = {}

@@ -12,10 +12,12 @@ from psycopg.types.json import Jsonb
 from todos import sql, states, tracing
 from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
 from todos.limits import MAX_COMPLETE_BATCH
-from todos.metrics import TRANSITIONS, counted
-from todos.models import Agent, Todo, visible_patterns
+from todos.metrics import TRANSITIONS, count_usage, counted
+from todos.models import Agent, Todo, TodoState, visible_patterns
+from todos.queue import trees
 from todos.queue._common import JSON, lease_for, miss, one
 from todos.rows import fetch_todos, fetch_todos_reviving
+from todos.usage import budget_exhausted
 
 
 def with_receipt(statement: str, action: str, todo_id: str, agent: Agent, lease_id: str, **params: Any) -> Todo:
@@ -38,11 +40,15 @@ def heartbeat(
     lease_seconds: float | None = None,
     progress: JSON = None,
     checkpoint: JSON = None,
+    usage: JSON = None,
 ) -> Todo:
     """claimed -> claimed with lease_expires_at = now() + lease. Needs the current receipt. ``progress`` and
-    ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next)."""
-    return with_receipt(
-        sql.HEARTBEAT,
+    ``checkpoint``, when given, replace the todo's (the checkpoint is handed to whoever claims it next).
+    ``usage`` ({counter: number}) is added to the todo's and its tree's (todos/queue/trees.py). The todo
+    answered carries ``budget_exhausted``: its tree has spent its budget, so the worker should stop."""
+    reported = trees.usage_param(usage)
+    todo = with_receipt(
+        sql.HEARTBEAT if reported is None else sql.HEARTBEAT_USAGE,
         "heartbeat",
         todo_id,
         agent,
@@ -50,16 +56,46 @@ def heartbeat(
         lease_seconds=lease_for(lease_seconds),
         progress=Jsonb(progress) if progress is not None else None,
         checkpoint=Jsonb(checkpoint) if checkpoint is not None else None,
+        usage=reported,
     )
+    if usage:
+        count_usage(todo.queue, agent.name, usage)
+    todo.tree_budget_exhausted = budget_exhausted(todo)  # type: ignore[attr-defined]
+    return todo
 
 
 @counted("complete")
 @tracing.traced("complete")
-def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None) -> Todo:
-    """claimed -> done. Needs the current receipt."""
-    return with_receipt(
-        sql.COMPLETE, "complete", todo_id, agent, lease_id, result=Jsonb(result) if result is not None else None
-    )
+def complete(todo_id: str, *, agent: Agent, lease_id: str, result: JSON = None, usage: JSON = None) -> Todo:
+    """claimed -> done, adding ``usage`` to the todo's and its tree's. Needs the current receipt. A todo that
+    was cancelled (alone or by a cascade) while this receipt held it keeps ``result`` as its late_result, a
+    tombstone, and the answer is 409 cancelled."""
+    usage_value = trees.usage_param(usage)
+    try:
+        todo = with_receipt(
+            sql.COMPLETE if usage_value is None else sql.COMPLETE_USAGE,
+            "complete",
+            todo_id,
+            agent,
+            lease_id,
+            result=Jsonb(result) if result is not None else None,
+            usage=usage_value,
+        )
+        if usage:
+            count_usage(todo.queue, agent.name, usage)
+        return todo
+    except TodoConflict as conflict:
+        if conflict.state != TodoState.CANCELLED or conflict.code != TodoConflict.code:
+            raise  # not a cancel (a supersede says so itself, issue 31)
+        kept = trees.keep_late_result(todo_id, agent=agent, lease_id=lease_id, result=result)
+        raise TodoConflict(
+            f"Cannot complete {todo_id}: it was cancelled."
+            + (" Its result is kept as late_result, not applied." if kept else ""),
+            state=TodoState.CANCELLED,
+            dead_letter=False,
+            reason="cancelled",
+            late_result_kept=kept,
+        ) from None
 
 
 @tracing.traced("complete")

@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import transaction
+
 from todos import sql, tracing
 from todos.errors import InvalidTransitionInput
 from todos.metrics import counted, counted_batch
 from todos.models import Agent, Todo, visible_patterns
+from todos.queue import trees
 from todos.queue._common import one, priority_problem
-from todos.rows import fetch_todos, fetch_todos_reviving
+from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
 
 _RETRY_MODES = ("reset", "once")
 
@@ -96,20 +99,50 @@ def force_release(todo_id: str, *, operator: str, agent: Agent | None = None) ->
     return one(_operate(sql.FORCE_RELEASE, [todo_id], agent, operator=operator), todo_id, agent, "force-release")
 
 
+def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None, cascade: bool) -> list[Todo]:
+    """CANCEL, then with ``cascade`` the unfinished descendants of what it cancelled, in one transaction
+    (up to CASCADE_BATCH of them in it; reap_once finishes a bigger tree). Each todo cancelled carries
+    ``cascaded``: how many descendants its cascade cancelled now (0 without one)."""
+    if not cascade:  # one statement, outside a transaction: a deadlock aborting it is run again once
+        cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
+        for todo in cancelled:
+            todo.cascaded = 0  # type: ignore[attr-defined]
+        return cancelled
+    with transaction.atomic():
+        # Descendants first, then the todos themselves: the order a child's usage report locks a tree in
+        # (the child, then its root), so the two never deadlock.
+        takeable = [
+            row[0] for row in fetchall(sql.CANCELLABLE_IDS, {"ids": list(ids), "visible": visible_patterns(agent)})
+        ]
+        cascaded = {
+            todo_id: trees.cascade([todo_id], by=operator, why=f"cancelled by {operator}", agent=agent)
+            for todo_id in sorted(takeable)
+        }
+        cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
+        for todo in cancelled:
+            todo.cascaded = cascaded.get(todo.id, 0)  # type: ignore[attr-defined]
+    return cancelled
+
+
 @counted_batch("cancel")
 @tracing.traced("cancel")
-def cancel_many(ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None) -> list[Todo]:
-    """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable."""
-    return _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
+def cancel_many(
+    ids: Sequence[str], *, operator: str, reason: str = "", agent: Agent | None = None, cascade: bool = False
+) -> list[Todo]:
+    """pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is cancellable; with
+    ``cascade``, their unfinished descendants too."""
+    return _cancel(ids, operator, reason, agent, cascade)
 
 
 @counted("cancel")
 @tracing.traced("cancel")
-def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None) -> Todo:
+def cancel(todo_id: str, *, operator: str, reason: str = "", agent: Agent | None = None, cascade: bool = False) -> Todo:
     """pending, scheduled, retry-waiting or claimed -> cancelled (terminal). A claimed todo's lease is revoked: its
     worker's next heartbeat, complete or fail is a conflict with state cancelled. ``agent`` None: an
-    operator (every queue); else the agent's claim or create scopes must cover the queue."""
-    return one(_operate(sql.CANCEL, [todo_id], agent, operator=operator, reason=reason), todo_id, agent, "cancel")
+    operator (every queue); else the agent's claim or create scopes must cover the queue. ``cascade``: its
+    unfinished descendants too, in the same transaction (those in queues ``agent`` may see), each recording
+    'ancestor <id> cancelled by <operator>'; beyond CASCADE_BATCH of them, reap_once finishes the rest."""
+    return one(_cancel([todo_id], operator, reason, agent, cascade), todo_id, agent, "cancel")
 
 
 @counted_batch("run_now")

@@ -12,6 +12,7 @@ from django.conf import settings
 from todos import sql, states
 from todos.metrics import LEASE_LAPSES, TRANSITIONS
 from todos.queue import people
+from todos.queue.trees import resume_cascades
 from todos.rows import fetchall
 
 
@@ -28,6 +29,7 @@ class ReapResult:
     retries_promoted: int = 0
     scheduled_promoted: int = 0
     waits_timed_out: int = 0
+    cascaded: int = 0
     people_reminded: int = 0
     people_escalated: int = 0
     expired: int = 0
@@ -40,6 +42,7 @@ class ReapResult:
             + self.retries_promoted
             + self.scheduled_promoted
             + self.waits_timed_out
+            + self.cascaded
             + self.people_reminded
             + self.people_escalated
             + self.expired
@@ -85,7 +88,8 @@ def _in_batches(step: Callable[[], int], batch: int, should_stop: Any) -> int:
 def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     """One sweep of the sidecar: lapsed leases, then due retries, then due scheduled todos, then waits past
     their timeout, then people's reminders and escalations (and expired decision links), batch after batch
-    until none are left (or ``should_stop()`` says so between batches)."""
+    until none are left (or ``should_stop()`` says so between batches); then one step of each cascading
+    cancel left over (issue 30: CASCADE_BATCH descendants each)."""
     requeued = dead = 0
     while True:
         lapse = requeue_lapsed(batch=batch)
@@ -101,6 +105,7 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
     reminded = _in_batches(lambda: people.remind_people(batch=batch), batch, should_stop)
     escalated = _in_batches(lambda: people.escalate_people(batch=batch), batch, should_stop)
     _in_batches(lambda: people.delete_expired_links(batch=batch), batch, should_stop)
+    cascaded = 0 if should_stop and should_stop() else resume_cascades()
     expired = _in_batches(lambda: expire_unstarted(batch=batch), batch, should_stop)
     return ReapResult(
         requeued=requeued,
@@ -108,6 +113,7 @@ def reap_once(*, batch: int, should_stop: Any = None) -> ReapResult:
         retries_promoted=promoted,
         scheduled_promoted=scheduled,
         waits_timed_out=timed_out,
+        cascaded=cascaded,
         people_reminded=reminded,
         people_escalated=escalated,
         expired=expired,

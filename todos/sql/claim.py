@@ -3,6 +3,7 @@
 from todos import states as S
 from todos.sql import flow
 from todos.sql.common import _ERRORS_KEPT, _RETURNING_T
+from todos.sql.trees import BUDGET_OPEN
 
 # Scheduling (issue 12): its conditions (S.SCHEDULED_DUE, the claim order, ...) are in todos/states.py.
 # Claim order, everywhere a claim chooses: priority first (lower first), then time (run_at).
@@ -518,3 +519,19 @@ claimed AS (
 {flow.bucket("one_pool", "SELECT id FROM claimed")}
 SELECT * FROM claimed
 """
+
+
+# Budgets (issue 30): every branch of every claim takes only todos whose tree's budget is not spent, a test
+# written beside the assignee rule that each branch carries (todos/sql/trees.py, BUDGET_OPEN: for a todo
+# outside any tree two column tests, no read). Explain (todos/explain.py) tests the same fragment.
+_ASSIGNEE = "(t.assignee IS NULL OR t.assignee = %(agent)s)"
+
+
+def _within_budget(statement: str) -> str:
+    assert _ASSIGNEE in statement, "every claim branch tests the assignee rule"
+    return statement.replace(_ASSIGNEE, f"{_ASSIGNEE} AND {BUDGET_OPEN}")
+
+
+CLAIM_NEXT = _within_budget(CLAIM_NEXT)
+CLAIM_NEXT_FAIR = _within_budget(CLAIM_NEXT_FAIR)
+CLAIM_ONE = _within_budget(CLAIM_ONE)

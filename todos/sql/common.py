@@ -9,7 +9,8 @@ _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotenc
     lease_expires_at, attempt, max_attempts, result, created_at, updated_at, claimed_at, completed_at,
     next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, progress, checkpoint,
     traceparent, fair_key, depends_on, dependencies_left, on_dependency_failure, has_dependents, parent_id,
-    root_id, depth, descendants, spawn_caps, callback, limits, expires_at"""
+    root_id, depth, descendants, spawn_caps, callback, limits, expires_at, children, cascade, revoked_lease_id,
+    late_result, usage, tree_usage, budget, budget_exhausted"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue/ builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS
@@ -83,16 +84,17 @@ def _resolved_set(by: str, detail: str = "'{}'::jsonb") -> str:
     updated_at = now()"""
 
 
-def _finishing(changed: str, *, notify_when: str = "false", before: str = "") -> str:
+def _finishing(changed: str, *, notify_when: str = "false", before: str = "", after: str = "") -> str:
     """Wrap a data-modifying statement (``changed``, RETURNING at least id, queue, state, next_retry_at and
     has_dependents) whose rows may finish todos that others depend on or wait for: it settles them in the
     same statement (_SETTLED: the edges of dependencies made at create and of holders' waits on todos alike,
     whose dependent rows may be newer than this statement's snapshot). Notifies the queues of ``changed``'s
     rows that satisfy ``notify_when`` (the function notifies those of the todos it moves); returns
-    ``changed``'s rows. ``before``: CTEs that ``changed`` reads (a WITH cannot nest a data-modifying one)."""
+    ``changed``'s rows. ``before``: CTEs that ``changed`` reads (a WITH cannot nest a data-modifying one);
+    ``after``: CTEs (each ending with a comma) that read ``changed``, run to completion whether read or not."""
     return f"""
 WITH {before}changed AS ({changed}),
-{_SETTLED},
+{_SETTLED},{after}
 notified AS MATERIALIZED (
     SELECT pg_notify('{NOTIFY_CHANNEL}', CASE WHEN n > 1 THEN queue || ' ' || n ELSE queue END)
     FROM (SELECT queue, count(*) AS n FROM changed WHERE {notify_when} GROUP BY queue) q

@@ -41,7 +41,7 @@ _ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payl
     idempotency_key text, assignee text, max_attempts integer, run_at timestamptz, delay double precision,
     priority smallint, depends_on text[], on_dependency_failure text, has_dependents boolean, waiting_for json,
     traceparent text, fair_key text, parent_id text, root_id text, depth smallint, spawn_caps json, callback json,
-    limits text[], expires_at timestamptz, expire_after double precision"""
+    limits text[], expires_at timestamptz, expire_after double precision, children text, budget json"""
 _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 
 
@@ -51,7 +51,7 @@ WITH inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
     depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for, traceparent, fair_key,
-    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at)
+    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at, children, budget)
 SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.title, ''),
     COALESCE(i.payload::jsonb, '{{}}'::jsonb), i.event_id, i.idempotency_key, i.assignee,
     CASE WHEN i.depends_on IS NOT NULL THEN '{S.TodoState.WAITING}'
@@ -61,7 +61,7 @@ SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.t
     COALESCE(i.on_dependency_failure, %(on_dependency_failure)s),
     COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, ''),
     i.parent_id, i.root_id, i.depth, i.spawn_caps::jsonb, i.callback::jsonb, i.limits,
-    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after))
+    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after)), i.children, i.budget::jsonb
 FROM ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
     WITH ORDINALITY AS i({_ITEM_NAMES}, ord)
 ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.ord

@@ -4,6 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
+from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -41,13 +42,35 @@ WHERE {_HOLDS_RECEIPT} AND (({S.LIVE_LEASE.sql()})
 RETURNING {_TODO_COLUMNS}
 """
 
+
+def _with_usage(statement: str, after: str) -> str:
+    """``statement`` with USAGE_SET in its SET list, right after ``after`` (its last item, or an item with its
+    comma): issue 30's usage, added to the todo's under the receipt."""
+    assert statement.count(after) == 1, after
+    item = after.removesuffix(",")
+    return statement.replace(after, f"{item},{USAGE_SET}" + ("," if after.endswith(",") else ""))
+
+
+# heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
+# and, in this statement, rolls it up to its root's (ROLLED_UP). A heartbeat without usage runs HEARTBEAT,
+# unchanged.
+HEARTBEAT_USAGE = (
+    _with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),")
+    .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
+    .rstrip()
+    + f"""
+),
+{ROLLED_UP.rstrip().removesuffix(",")}
+SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM rolled) r
+"""
+)
+
 # The states a receipt's holder may finish from: all but done. A todo the reaper requeued (pending) or
 # dead-lettered at its cap (failed) keeps the lapsed receipt until someone else claims it.
 _UNFINISHED = S.CLAIMED | S.PENDING | S.FAILED
 
 # complete: -> done.
-COMPLETE = _finishing(
-    f"""
+_COMPLETE = f"""
 UPDATE todos_todo SET
     state = 'done',
     result = %(result)s,
@@ -58,8 +81,11 @@ UPDATE todos_todo SET
     next_retry_at = NULL
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
-""",
-)
+"""
+COMPLETE = _finishing(_COMPLETE)
+# complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
+# (ROLLED_UP), in the same statement. A complete without usage runs COMPLETE, unchanged.
+COMPLETE_USAGE = _finishing(_with_usage(_COMPLETE, "    next_retry_at = NULL"), after=ROLLED_UP)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
 COMPLETE_MANY = _finishing(
@@ -123,11 +149,11 @@ RETURNING {_TODO_COLUMNS}
 """)
 
 # Classifies a guarded UPDATE that touched no row: absent or invisible -> not found, else conflict (a
-# claim refused by its queue's controls says so).
+# claim refused by its queue's controls, or by its tree's spent budget, says so).
 CURRENT_STATE = f"""
 SELECT t.state, {S.DEAD_LETTER.sql("t")} AS dead_letter, t.lease_id, split_part(t.owner, '/', 1) AS owner_agent,
     q.paused, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited,
-    t.errors -> -1 ->> 'reason' AS last_reason
+    NOT {BUDGET_OPEN} AS budget_spent, t.errors -> -1 ->> 'reason' AS last_reason
 FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue
 WHERE t.id = %(id)s AND t.queue LIKE ANY(%(visible)s::text[])
 """

@@ -87,9 +87,10 @@ RETURNING {_TODO_COLUMNS}
 # cancel (an agent or operator): pending, scheduled, retry-waiting or claimed -> cancelled, for each id that is
 # cancellable (states.CANCELLABLE). A claimed todo's lease is revoked with it: lease_id cleared, so the
 # worker's next heartbeat, complete or fail matches no row and is classified as a conflict with state
-# cancelled. Who and why go into errors, beside the owner it was taken from. Terminal: frees the
-# idempotency key (cancelled is not runnable). Notifies: a cancelled lease frees a slot of a queue with
-# max_claimed (cancels are rare; the few needless wakes cost nothing).
+# cancelled; the receipt is kept as revoked_lease_id (never shown), so that its holder's late complete is kept
+# as a tombstone (todos/sql/trees.py, LATE_RESULT). Who and why go into errors, beside the owner it was
+# taken from. Terminal: frees the idempotency key (cancelled is not runnable). Notifies: a cancelled lease
+# frees a slot of a queue with max_claimed (cancels are rare; the few needless wakes cost nothing).
 CANCEL = _finishing(
     f"""
 UPDATE todos_todo t SET
@@ -98,6 +99,7 @@ UPDATE todos_todo t SET
         'attempt', t.attempt, 'at', now(), 'error', 'cancelled', 'cancelled_by', %(operator)s::text,
         'reason', %(reason)s::text, 'was', t.state, 'owner', t.owner)), {_ERRORS_KEPT}),
     completed_at = now(),
+    revoked_lease_id = t.lease_id,
     lease_id = NULL,
     lease_expires_at = NULL,
     next_retry_at = NULL,

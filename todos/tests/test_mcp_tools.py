@@ -39,6 +39,7 @@ TOOL_NAMES = {
     "create_for",
     "list_queues",
     "wait",
+    "explain",
 }
 ACCEPT = "application/json, text/event-stream"
 

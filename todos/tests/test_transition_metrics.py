@@ -78,6 +78,7 @@ COUNTED_INSIDE = {
     "create_many": "create, per item (ok or duplicate), or once with the error that refused the batch",
     "resolve_events": "resolve, per todo an event resolved",
     "time_out_waits": "wait_timeout, per row",
+    "resume_cascades": "cascade_cancel, per todo a cascade cancelled",
     "remind_people": "people_reminded, per row",
     "escalate_people": "people_escalated, per row",
     "expire_unstarted": "expire, per row",

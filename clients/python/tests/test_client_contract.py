@@ -13,7 +13,7 @@ from switchboard_client import AsyncClient, Client, _api, errors, models
 pytestmark = pytest.mark.django_db
 
 # Placeholder arguments for a builder's required parameters, by name: a path segment "X".
-_ARGS = {"items": [], "todos": [], "priority": 0, "lease_id": "ls_X", "timeout_seconds": 60}
+_ARGS = {"items": [], "todos": [], "priority": 0, "lease_id": "ls_X", "timeout_seconds": 60, "budget": {"cost_usd": 1}}
 # Keywords a builder needs beyond its required ones: a wait waits for exactly one thing.
 _CHOICES = {"todos_wait": {"token": True}}
 

@@ -21,6 +21,7 @@ from switchboard_client.errors import (
     Unavailable,
 )
 from switchboard_client.models import (
+    AgentExplanation,
     BatchOutcome,
     CreatedTodo,
     CreateOutcome,
@@ -29,6 +30,7 @@ from switchboard_client.models import (
     Event,
     EventSummary,
     EventTodo,
+    Explanation,
     Limit,
     Page,
     QueueControls,
@@ -47,6 +49,7 @@ from switchboard_client.worker import Context, Fail, LeaseLost, Release, Stats, 
 __all__ = [
     "DEFAULT_URL",
     "UNSET",
+    "AgentExplanation",
     "AsyncClient",
     "BatchOutcome",
     "Call",
@@ -60,6 +63,7 @@ __all__ = [
     "Event",
     "EventSummary",
     "EventTodo",
+    "Explanation",
     "Fail",
     "Forbidden",
     "Invalid",

@@ -14,11 +14,13 @@ from typing import Any, Generic, TypeVar
 
 from switchboard_client.models import (
     JSON,
+    AgentExplanation,
     BatchOutcome,
     CreatedTodo,
     CreateOutcome,
     Event,
     EventSummary,
+    Explanation,
     Limit,
     Page,
     QueueControls,
@@ -166,6 +168,8 @@ def create(
     parent: Todo | Mapping[str, str] | None = None,
     spawn_caps: Mapping[str, int] | None = None,
     callback: Mapping[str, Any] | None = None,
+    children: str | None = None,
+    budget: Mapping[str, float] | None = None,
     limits: Iterable[str] | None = None,
     expires_at: datetime | str | None = None,
     expire_after_seconds: float | None = None,
@@ -178,7 +182,8 @@ def create(
     signed with your agent's webhook_secret.
     ``limits``: named limits it is held by. ``expires_at`` / ``expire_after_seconds``: a start-by deadline.
     ``supersede``: replace the runnable todo holding ``idempotency_key``; ``debounce_seconds``: one todo per key,
-    run that long after the last create."""
+    run that long after the last create. ``children``: "cancel" makes its finish cancel what is left
+    under it. ``budget``: a root's {counter: limit}: once its tree's usage reaches one, claims skip the tree."""
     body = _given(
         queue=queue,
         kind=kind,
@@ -197,6 +202,8 @@ def create(
         fair_key=fair_key,
         parent=_parent(parent),
         spawn_caps=dict(spawn_caps) if spawn_caps is not None else None,
+        children=children,
+        budget=dict(budget) if budget is not None else None,
         callback=dict(callback) if callback is not None else None,
         limits=list(limits) if limits is not None else None,
         expires_at=expires_at,
@@ -323,23 +330,31 @@ def heartbeat(
     lease_seconds: float | None = None,
     progress: Mapping[str, JSON] | None = None,
     checkpoint: JSON = None,
+    usage: Mapping[str, float] | None = None,
 ) -> Call[Todo]:
     """``progress``: {"percent": 0-100, "message": ...}; ``checkpoint``: a JSON object (at most 64 KB)
-    the next claimer gets if this attempt ends."""
+    the next claimer gets if this attempt ends; ``usage``: what the attempt used since its last report
+    ({tokens_in, cost_usd, ...}), added to the todo's and its tree's. The answer's ``budget_exhausted``
+    (in ``Todo.extra``) says its tree has spent its budget: stop."""
     todo_id, lease = _receipt(todo, lease_id)
     body = _given(
         lease_id=lease,
         lease_seconds=lease_seconds,
         progress=dict(progress) if progress is not None else None,
         checkpoint=checkpoint,
+        usage=dict(usage) if usage is not None else None,
     )
     return Call("todos_heartbeat", "POST", f"todos/{_q(todo_id)}/heartbeat/", _todo, body)
 
 
 @operation("todos_complete")
-def complete(todo: Todo | str, lease_id: str | None = None, *, result: JSON = None) -> Call[Todo]:
+def complete(
+    todo: Todo | str, lease_id: str | None = None, *, result: JSON = None, usage: Mapping[str, float] | None = None
+) -> Call[Todo]:
+    """``usage``: as heartbeat's, the last of it. A todo cancelled meanwhile keeps ``result`` as its
+    late_result and answers Conflict (state cancelled)."""
     todo_id, lease = _receipt(todo, lease_id)
-    body = {"lease_id": lease, "result": result}
+    body = {"lease_id": lease, "result": result, **_given(usage=dict(usage) if usage is not None else None)}
     return Call("todos_complete", "POST", f"todos/{_q(todo_id)}/complete/", _todo, body, retry=Retry.ON_UNAVAILABLE)
 
 
@@ -471,9 +486,29 @@ def resolve_waitpoint(token: str, *, data: JSON = None) -> Call[Resolved]:
 
 
 @operation("todos_cancel")
-def cancel(todo: Todo | str, *, reason: str | None = None) -> Call[Todo]:
-    body = _given(reason=reason)
+def cancel(todo: Todo | str, *, reason: str | None = None, cascade: bool | None = None) -> Call[Todo]:
+    """``cascade``: its unfinished descendants too (those in your scopes), in the same transaction."""
+    body = _given(reason=reason, cascade=cascade)
     return Call("todos_cancel", "POST", f"todos/{_q(_id(todo))}/cancel/", _todo, body, retry=Retry.ON_UNAVAILABLE)
+
+
+@operation("todos_budget")
+def set_budget(todo: Todo | str, budget: Mapping[str, float]) -> Call[Todo]:
+    """A root's budget (an operator: --can-manage), replacing its old one; raising it unblocks its tree."""
+    return Call("todos_budget", "PATCH", f"todos/{_q(_id(todo))}/budget/", _todo, {"budget": dict(budget)})
+
+
+@operation("todos_explain")
+def explain(todo: Todo | str) -> Call[Explanation]:
+    """Every reason a claim by you would not take the todo now, in order."""
+    return Call("todos_explain", "GET", f"todos/{_q(_id(todo))}/explain/", Explanation.from_json)
+
+
+@operation("agents_me_explain")
+def explain_claims(queues: Iterable[str] | None = None) -> Call[AgentExplanation]:
+    """Why a claim by you (of ``queues``: names or globs; default all your scopes) gets nothing now."""
+    params = _given(queues=",".join(queues) if queues is not None else None)
+    return Call("agents_me_explain", "GET", "agents/me/explain/", AgentExplanation.from_json, params=params)
 
 
 # --- queues and schedules ------------------------------------------------------------------------------

@@ -100,6 +100,15 @@ class Todo(Model):
     parent_id: str | None = None
     root_id: str | None = None
     depth: int = 0
+    #: "cancel": its finish cancels what is left under it; "keep" (default): not.
+    children: str = "keep"
+    #: The counters its workers reported ({tokens_in, cost_usd, ...}); a root's tree_usage sums its tree's.
+    usage: JSON = None
+    tree_usage: JSON = None
+    #: A root's budget ({counter: limit}); blocked says {reason: "budget", root_id} while its tree has spent it.
+    budget: JSON = None
+    #: A cancelled todo's tombstone: the result its worker sent after the cancel ({result, at, owner}).
+    late_result: JSON = None
     #: Named limits it names itself (its queue's are not listed).
     limits: list[str] = field(default_factory=list)
     #: While a limit holding it is parked: {limit, until, reason} (on a get or a list).
@@ -356,6 +365,30 @@ class TreeNode(Model):
 
 
 @dataclass(frozen=True)
+class Explanation(Model):
+    """Why a todo is not claimed now: each reason ({reason, detail, ...}) in order; ``claimable`` when none."""
+
+    schema: ClassVar[str] = "Explanation"
+    id: str
+    claimable: bool
+    reasons: list[dict[str, JSON]]
+    #: What may still delay it though nothing stops it (a fair queue's turns).
+    notes: list[dict[str, JSON]]
+
+
+@dataclass(frozen=True)
+class AgentExplanation(Model):
+    """Why a claim by this agent gets nothing: per queue of its scopes, the reasons."""
+
+    schema: ClassVar[str] = "AgentExplanation"
+    agent: str
+    queues: list[dict[str, JSON]]
+    truncated: bool
+    #: Names asked for that no claim scope covers.
+    outside_scopes: list[str]
+
+
+@dataclass(frozen=True)
 class TreePage(Model):
     """A page of a todo's tree (the todo first, then by depth and id); ``next_cursor`` None on the last."""
 
@@ -364,6 +397,10 @@ class TreePage(Model):
     next: str | None
     #: The subtree of a todo below its root is walked up to a bound; past it, nodes are missing.
     truncated: bool
+    #: The whole tree's usage summed on its root, its budget, and whether a counter reached it.
+    tree_usage: JSON = None
+    budget: JSON = None
+    budget_exhausted: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, JSON]) -> Self:

@@ -104,8 +104,10 @@ class Context:
     heartbeat is refused (another worker holds the todo, or it was cancelled: ``lost_state`` says
     which) or the worker gave the todo back at shutdown; from then on the handler's outcome is dropped.
 
-    ``progress()`` and ``checkpoint()`` ride on the next heartbeat; with ``now=True`` (the default for
-    a checkpoint) that heartbeat is sent at once."""
+    ``progress()``, ``checkpoint()`` and ``usage()`` ride on the next heartbeat; with ``now=True`` (the
+    default for a checkpoint) that heartbeat is sent at once. Usage left unsent when the handler returns goes
+    with a last heartbeat before the completion. ``budget_exhausted`` turns true when a heartbeat says the
+    todo's tree has spent its budget: the handler should stop (its lease is still held)."""
 
     todo: Todo
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -116,6 +118,8 @@ class Context:
     _progress: dict[str, JSON] | None = field(default=None, repr=False)
     _checkpoint: JSON = field(default=None, repr=False)
     _has_checkpoint: bool = field(default=False, repr=False)
+    _usage: dict[str, float] = field(default_factory=dict, repr=False)
+    budget_exhausted: bool = False
     #: Set by the worker: its own client (for create) and the async one it claims with (for acreate).
     _client: Client | None = field(default=None, repr=False)
     _api: AsyncClient | None = field(default=None, repr=False)
@@ -149,6 +153,15 @@ class Context:
         if now:
             self._wake()
 
+    def usage(self, *, now: bool = False, **counters: float) -> None:
+        """Report what the work used ({tokens_in=..., cost_usd=...}): added up until the next heartbeat
+        sends it, which adds it to the todo's usage and its tree's (budgets)."""
+        with self._lock:
+            for name, value in counters.items():
+                self._usage[name] = self._usage.get(name, 0) + value
+        if now:
+            self._wake()
+
     def create(self, queue: str, **fields: Any) -> CreatedTodo:
         """Create a child of this todo (agent trees): ``create``'s arguments, under this lease's receipt.
         From a sync handler; an async one awaits ``acreate``."""
@@ -170,7 +183,10 @@ class Context:
                 report["progress"] = self._progress
             if self._has_checkpoint:
                 report["checkpoint"] = self._checkpoint
+            if self._usage:
+                report["usage"] = dict(self._usage)
             self._progress, self._checkpoint, self._has_checkpoint = None, None, False
+            self._usage = {}
             return report
 
     def _give_back(self, report: dict[str, JSON]) -> None:
@@ -180,6 +196,8 @@ class Context:
                 self._progress = report["progress"]
             if not self._has_checkpoint and "checkpoint" in report:
                 self._checkpoint, self._has_checkpoint = report["checkpoint"], True
+            for name, value in dict(report.get("usage") or {}).items():
+                self._usage[name] = self._usage.get(name, 0) + value
 
     def check(self) -> None:
         """Raise LeaseLost if the lease is gone: call it between steps of a long handler."""
@@ -618,6 +636,8 @@ class Worker:
         if ctx.lease_lost:
             self._dropped(ctx)
         elif outcome == "complete":
+            if ctx._usage:  # the last usage goes first: a batch completion carries none
+                await self._send_report(api, ctx)
             completions.add(ctx, result)
         else:
             await self._send_report(api, ctx)
@@ -684,7 +704,8 @@ class Worker:
             started = time.monotonic()
             report = ctx._take()
             try:
-                await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds, **report)
+                beat = await api.heartbeat(ctx.todo, lease_seconds=self.lease_seconds, **report)
+                ctx.budget_exhausted = bool(beat.extra.get("budget_exhausted"))
             except Conflict as exc:
                 ctx._lose(exc.state or "conflict")
                 return
