@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.RunSQL(
-            "DROP FUNCTION todos_fair_walk(text, smallint, text, integer, integer)",
+            "DROP FUNCTION IF EXISTS todos_fair_walk(text, smallint, text, integer, integer)",
             migrations.RunSQL.noop,
         ),
         migrations.RunSQL(
