@@ -55,6 +55,11 @@ DEFAULT_LIST_LIMIT = 20
 A2A_MAX_MESSAGE_ID_CHARS = 200
 A2A_MAX_PARTS = 100
 A2A_STREAM_POLL_SECONDS = 2.0
+# A2A push notification configs (todos/a2a/push.py): at most this many per task (each transition of the task
+# sends one delivery per config), each config's id, token and Authorization credentials at most this long.
+A2A_MAX_PUSH_CONFIGS = 10
+A2A_MAX_PUSH_ID_CHARS = 100
+A2A_MAX_PUSH_SECRET_CHARS = 1000
 # MCP Tasks on the 2025-11-25 wire: a client listening on GET /mcp gets notifications/tasks/status for its
 # tasks, found by re-reading them this often (a changed row is seen once, late by at most this much).
 MCP_TASK_STATUS_POLL_SECONDS = 2.0

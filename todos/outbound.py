@@ -267,6 +267,8 @@ def deliver(todo_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         return {"channel": "url", "status": sent.status, "hops": sent.hops}
     if channel == "callback":
         return _callback(todo_id, payload)
+    if channel == "a2a":
+        return _a2a_push(todo_id, payload)
     raise DeliveryFailed(f"unknown channel {channel!r}", permanent=True)
 
 
@@ -291,6 +293,36 @@ def _callback(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     }
     sent = post_webhook(str(payload["url"]), secret, delivery_id, body, field="callback.url")
     return {"channel": "callback", "todo": payload.get("todo"), "status": sent.status, "hops": sent.hops}
+
+
+def _a2a_push(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """An A2A push notification (enqueued by the trigger todo_enqueues_a2a_push; todos/a2a/push.py): the
+    task's StreamResponse as it is now, with the config's token and Authorization, signed with the agent's
+    webhook_secret too. It follows no redirect: the credentials go to the URL the client gave, nowhere else.
+    A config deleted since, a todo purged, or a change overtaken by a later one (the todo's state is no
+    longer the one the trigger recorded) sends nothing."""
+    from todos.a2a import push
+    from todos.models import A2APushConfig, Agent, Todo
+
+    config = A2APushConfig.objects.filter(pk=int(payload.get("config") or 0)).first()
+    todo = Todo.objects.filter(pk=str(payload.get("todo"))).first()
+    if config is None or todo is None:
+        return {"channel": "a2a", "todo": payload.get("todo"), "skipped": "the config or the task is gone"}
+    if todo.state != payload.get("state"):
+        # Overtaken by a later change, whose own delivery carries the newer state: a receiver never gets a
+        # stale state after a newer one, nor the same final task twice.
+        return {"channel": "a2a", "todo": todo.id, "skipped": f"superseded by {todo.state}"}
+    secret = Agent.objects.filter(pk=config.agent_id).values_list("webhook_secret", flat=True).first()
+    if not secret:
+        raise DeliveryFailed("the agent that added the config is gone or has no webhook_secret", permanent=True)
+    headers: dict[str, str] = {}
+    if config.token:
+        headers["X-A2A-Notification-Token"] = config.token
+    if config.auth_scheme and config.auth_credentials:
+        headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}"
+    body = push.body_of(todo)
+    sent = post_webhook(config.url, secret, delivery_id, body, field="url", extra_headers=headers, redirects=0)
+    return {"channel": "a2a", "todo": todo.id, "config": config.config_id, "status": sent.status}
 
 
 def _webhook_body(todo_id: str, notice: dict[str, Any]) -> dict[str, Any]:
