@@ -255,6 +255,10 @@ EVENTS_NEXT_POLL_MS = 1000  # nextPollMs: the sketch's client floor; a held poll
 EVENTS_MAX_TODOS_ARGUMENT = 100  # ids one todo.finished subscription may name (as a wait's for.todos)
 EVENTS_WEBHOOK_TTL_MIN_SECONDS = 60  # a webhook subscription's TTL is clamped up to this (no refresh storms)
 EVENTS_WEBHOOK_TTL_DEFAULT_SECONDS = 3600  # granted when ttlMs is absent
+# After a refresh replaces a subscription's secret, its deliveries carry signatures under the new and the old
+# secret for this long (the sketch's dual-signing grace window): in-flight deliveries and a receiver that has
+# not switched yet still verify. It spans a delivery's retries at the defaults (about 20 minutes).
+EVENTS_SECRET_ROTATION_GRACE_SECONDS = 1800
 
 
 def events_max_subscriptions_per_agent() -> int:
@@ -267,6 +271,13 @@ def events_webhook_ttl_max_seconds() -> int:
     """The longest webhook subscription TTL granted (EVENTS_WEBHOOK_TTL_MAX_SECONDS, default a day: the sketch's
     recommended ceiling). ``ttlMs: null`` (no expiry) is granted this too: finite, as the sketch allows."""
     return int(settings.EVENTS_WEBHOOK_TTL_MAX_SECONDS)
+
+
+def events_suspend_after_failures() -> int:
+    """Consecutive failed delivery attempts to a webhook subscription after which the sidecar suspends it
+    (EVENTS_SUSPEND_AFTER_FAILURES, default 10; 0: never): no new events are enqueued for it (its cursor
+    waits) until a refresh reactivates it; ``deliveryStatus`` says why (``lastError``, ``failedSince``)."""
+    return max(0, int(settings.EVENTS_SUSPEND_AFTER_FAILURES))
 
 
 def events_retention_seconds() -> int:

@@ -13,7 +13,7 @@ import secrets
 import string
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -974,6 +974,17 @@ class EventSubscription(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     refreshed_at = models.DateTimeField(db_default=Now())
     last_delivery_at = models.DateTimeField(null=True, blank=True)
+    # Secret rotation: the secret a refresh replaced, and when; deliveries are signed under both for
+    # EVENTS_SECRET_ROTATION_GRACE_SECONDS after (signing_secrets).
+    previous_secret = models.CharField(max_length=200, null=True, blank=True)
+    secret_rotated_at = models.DateTimeField(null=True, blank=True)
+    # Delivery health (the sketch's deliveryStatus): consecutive failed attempts, since when, the last
+    # failure's category (never the endpoint's own answer), and whether delivery is suspended (active false,
+    # after events_suspend_after_failures() failures; a refresh reactivates it).
+    active = models.BooleanField(default=True)
+    failures = models.PositiveIntegerField(default=0)
+    failed_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=30, null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -983,3 +994,13 @@ class EventSubscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id}: {self.name} -> {self.url}"
+
+    def signing_secrets(self, now: datetime) -> list[str]:
+        """The secrets its deliveries are signed under now: its own, and the one it replaced while in grace."""
+        from todos.limits import EVENTS_SECRET_ROTATION_GRACE_SECONDS
+
+        grace = timedelta(seconds=EVENTS_SECRET_ROTATION_GRACE_SECONDS)
+        rotated = self.secret_rotated_at
+        if self.previous_secret and rotated is not None and now - rotated < grace:
+            return [self.secret, self.previous_secret]
+        return [self.secret]
