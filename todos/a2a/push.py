@@ -7,13 +7,14 @@ own format.
   caller's own tasks (those it created over A2A, in its scopes): another's task is TaskNotFound. Each URL
   passes the SSRF guard (``check_outbound_url``) when given, and again on every send. At most
   A2A_MAX_PUSH_CONFIGS per task; ``id`` defaults to the task's id (as the a2a-sdk's stores do).
-* Each change of the task's A2A state (working on a claim or a wait, input-required, completed, failed,
-  canceled) enqueues one delivery per config in the same transaction (the trigger todo_enqueues_a2a_push,
-  only for todos with a config), sent by the notify sidecar (todos/outbound.py, channel ``a2a``): an HTTP
-  POST of a ``StreamResponse`` (``statusUpdate``; the whole ``task`` with its artifact once finished), the
-  config's ``token`` in ``X-A2A-Notification-Token`` and its ``authentication`` as ``Authorization:
-  <scheme> <credentials>`` (as the a2a-sdk's sender sends them), and a Standard Webhooks signature under
-  the agent's ``webhook_secret`` beside them. It follows no redirect (the credentials go to the URL given).
+* Each change of the task's A2A state (submitted again, working on a claim or a wait, input-required,
+  completed, failed, canceled) enqueues one delivery per config in the same transaction (the trigger
+  todo_enqueues_a2a_push, only for todos with a config), sent by the notify sidecar (todos/outbound.py,
+  channel ``a2a``): an HTTP POST of a ``StreamResponse`` (``statusUpdate``; the whole ``task`` with its
+  artifact once finished), the config's ``token`` in ``X-A2A-Notification-Token`` and its ``authentication``
+  as ``Authorization: <scheme> <credentials>`` (as the a2a-sdk's sender sends them), and a Standard Webhooks
+  signature under the agent's ``webhook_secret`` beside them. It follows no redirect (the credentials go to
+  the URL given).
 * Read back, a config shows its token and its authentication's scheme, never its credentials.
 """
 

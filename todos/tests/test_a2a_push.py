@@ -119,7 +119,7 @@ def test_a_deleted_config_is_gone_and_sends_nothing(mcp_base, agent, receiver, b
     assert receiver.requests == []
 
 
-def test_input_required_and_canceled_are_pushed(mcp_base, agent, make_agent, receiver):
+def test_working_input_required_submitted_again_and_canceled_are_pushed(mcp_base, agent, make_agent, receiver):
     worker = make_agent("worker", claim=["jobs"])
 
     async def scenario(client: Any) -> Any:
@@ -131,17 +131,28 @@ def test_input_required_and_canceled_are_pushed(mcp_base, agent, make_agent, rec
     task_id = run(mcp_base, agent.token, scenario, streaming=False)
     [claimed] = queue.claim_next(agent=worker)
     sent_all()
-    queue.wait(claimed.id, agent=worker, lease_id=claimed.lease_id, wait_for={"token": True}, timeout_seconds=600)
+    queue.wait(
+        claimed.id,
+        agent=worker,
+        lease_id=claimed.lease_id,
+        wait_for={"token": True},
+        timeout_seconds=600,
+        resolvers=[agent.name],
+    )
+    sent_all()
+    queue.resolve(task_id, by=agent.name, data={"answer": "yes"}, agent=agent)
     sent_all()
     queue.cancel(task_id, operator="ops", reason="not needed")
     sent_all()
-    states = [parsed(r, agent) for r in receiver.requests]
-    assert len(states) == 3 and states[0].status_update.task_id == task_id
-    assert [s.status_update.status.state for s in states[:2]] == [
+    pushed = [parsed(r, agent) for r in receiver.requests]
+    assert len(pushed) == 4 and all(p.status_update.task_id == task_id for p in pushed[:3])
+    assert [p.status_update.status.state for p in pushed[:3]] == [
         TaskState.TASK_STATE_WORKING,
         TaskState.TASK_STATE_INPUT_REQUIRED,
+        TaskState.TASK_STATE_SUBMITTED,
     ]
-    assert states[2].task.status.state == TaskState.TASK_STATE_CANCELED
+    assert "token" in pushed[1].status_update.status.message.parts[0].text
+    assert pushed[3].task.id == task_id and pushed[3].task.status.state == TaskState.TASK_STATE_CANCELED
 
 
 def test_todos_without_a_config_never_call_the_trigger(agent):

@@ -4,9 +4,10 @@
 -- so in the same transaction as the transition: never lost to a crash between the two, never made for a
 -- rolled-back one. The trigger's WHEN keeps todos without a config (a2a_push null: nearly all) from calling
 -- this function at all, so claims and completes of other todos pay nothing.
--- States sent: claimed and waiting (working, or input-required when it waits for a token, a person or a
--- manual resolve), done (completed), a dead-letter (failed) and cancelled (canceled); a return to pending
--- or a retry-wait is still "working" to the client, and sends nothing.
+-- States sent: pending again (submitted: released, requeued after a lapse, retried, or its wait resolved),
+-- claimed and waiting (working, or input-required when it waits for a token, a person or a manual resolve),
+-- done (completed), a dead-letter (failed) and cancelled (canceled); a retry-wait is still "working" to the
+-- client, and sends nothing.
 -- The configs are read by their unique index (todo_id, config_id). Idempotent per (config, transaction,
 -- state): the sender (todos/outbound.py) renders the task as it is when it sends.
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
@@ -15,7 +16,7 @@ CREATE OR REPLACE FUNCTION todos_enqueue_a2a_push()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    IF NEW.state IN ('pending', 'scheduled') OR (NEW.state = 'failed' AND NEW.next_retry_at IS NOT NULL) THEN
+    IF NEW.state = 'scheduled' OR (NEW.state = 'failed' AND NEW.next_retry_at IS NOT NULL) THEN
         RETURN NULL;
     END IF;
     INSERT INTO todos_todo (id, queue, source, kind, title, payload, idempotency_key, state, attempt, max_attempts,
