@@ -257,6 +257,9 @@ NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=8)
 EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT = env.int("EVENTS_MAX_SUBSCRIPTIONS_PER_AGENT", default=20)
 EVENTS_WEBHOOK_TTL_MAX_SECONDS = env.int("EVENTS_WEBHOOK_TTL_MAX_SECONDS", default=24 * 3600)
 EVENTS_RETENTION_SECONDS = env.int("EVENTS_RETENTION_SECONDS", default=24 * 3600)
+# Consecutive failed webhook delivery attempts after which a subscription is suspended (deliveryStatus.active
+# false) until its next refresh; 0: never suspended.
+EVENTS_SUSPEND_AFTER_FAILURES = env.int("EVENTS_SUSPEND_AFTER_FAILURES", default=10)
 # Email (Django's backend; SMTP in production, docs/deploy.md). EMAIL_URL-style settings are not used.
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")

@@ -410,7 +410,7 @@ def check_cap(agent: Agent, key: str) -> None:
     from todos.models import EventSubscription
 
     most = events_max_subscriptions_per_agent()
-    live = EventSubscription.objects.filter(agent=agent, refresh_before__gt=_db_now())
+    live = EventSubscription.objects.filter(agent=agent, refresh_before__gt=db_now())
     if most and not live.filter(pk=key).exists() and live.count() >= most:
         raise ResourceExhausted(most)
 
@@ -429,7 +429,7 @@ def subscribe(
     key = subscription_id(sub.agent, url, sub.name, sub.arguments)
     with transaction.atomic():
         Agent.objects.select_for_update().filter(pk=sub.agent.pk).values_list("pk").first()
-        now = _db_now()
+        now = db_now()
         existing = EventSubscription.objects.filter(pk=key).first()
         live = existing is not None and existing.refresh_before > now
         if existing is not None and live:
@@ -441,19 +441,25 @@ def subscribe(
                 raise ResourceExhausted(most)
             position, truncated = start(cursor, max_age_ms, now)
         assert position is not None
-        EventSubscription.objects.update_or_create(
-            pk=key,
-            defaults={
-                "agent": sub.agent,
-                "name": sub.name,
-                "arguments": sub.arguments,
-                "url": url,
-                "secret": secret,
-                "cursor": position.encode(),
-                "refresh_before": now + ttl,
-                "refreshed_at": now,
-            },
-        )
+        defaults: dict[str, Any] = {
+            "agent": sub.agent,
+            "name": sub.name,
+            "arguments": sub.arguments,
+            "url": url,
+            "secret": secret,
+            "cursor": position.encode(),
+            "refresh_before": now + ttl,
+            "refreshed_at": now,
+            # A refresh is the client's liveness signal: it reactivates a suspended delivery (the sketch).
+            "active": True,
+            "failures": 0,
+        }
+        if existing is not None and existing.secret != secret:
+            # Rotation: the old secret still signs, beside the new, for the grace window (signing_secrets).
+            defaults |= {"previous_secret": existing.secret, "secret_rotated_at": now}
+        elif existing is None or not live:
+            defaults |= {"previous_secret": None, "secret_rotated_at": None, "failed_since": None, "last_error": None}
+        EventSubscription.objects.update_or_create(pk=key, defaults=defaults)
     answer: dict[str, Any] = {
         "id": key,
         "refreshBefore": (now + ttl).isoformat().replace("+00:00", "Z"),
@@ -461,13 +467,45 @@ def subscribe(
         "truncated": truncated,
     }
     if existing is not None and live:
-        last = existing.last_delivery_at
-        answer["deliveryStatus"] = {
-            "active": True,
-            "lastDeliveryAt": last.isoformat().replace("+00:00", "Z") if last else None,
-            "lastError": None,
+        # As it was before this refresh: active false says delivery had been suspended (this refresh has
+        # just reactivated it); lastError is a category, never the endpoint's answer (no response oracle).
+        status: dict[str, Any] = {
+            "active": existing.active,
+            "lastDeliveryAt": _iso(existing.last_delivery_at),
+            "lastError": existing.last_error,
         }
+        if existing.failed_since is not None:
+            status["failedSince"] = _iso(existing.failed_since)
+        answer["deliveryStatus"] = status
     return answer
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat().replace("+00:00", "Z") if at is not None else None
+
+
+def record_delivery(subscription_id: str, error: str | None) -> None:
+    """One delivery attempt's outcome on its subscription, in one UPDATE (concurrent senders count every
+    attempt): a success clears the failures; a failure counts one more, keeps the first failure's time and its
+    category, and at events_suspend_after_failures() consecutive ones suspends delivery (active false)."""
+    from django.db.models import Case, F, Value, When
+    from django.db.models.functions import Coalesce, Now
+
+    from todos.limits import events_suspend_after_failures
+    from todos.models import EventSubscription
+
+    rows = EventSubscription.objects.filter(pk=subscription_id)
+    if error is None:
+        rows.update(failures=0, failed_since=None, last_error=None, last_delivery_at=Now())
+        return
+    most = events_suspend_after_failures()
+    suspend = Value(False) if most == 1 else Case(When(failures__gte=most - 1, then=Value(False)), default=F("active"))
+    rows.update(
+        failures=F("failures") + 1,
+        failed_since=Coalesce(F("failed_since"), Now()),
+        last_error=error,
+        active=suspend if most else F("active"),
+    )
 
 
 class ResourceExhausted(Exception):
@@ -489,7 +527,7 @@ def unsubscribe(agent: Agent, url: Any, name: Any, arguments: Any) -> bool:
     return deleted > 0
 
 
-def _db_now() -> datetime:
+def db_now() -> datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         now: datetime = cursor.fetchone()[0]
@@ -508,17 +546,16 @@ def enqueue_webhooks(limit: int = 100) -> int:
     from todos.models import EventSubscription
     from todos.notices import Notice, notify_url
 
-    now = _db_now()
+    now = db_now()
     EventSubscription.objects.filter(refresh_before__lte=now).delete()
     sent = 0
-    for pk in (
-        EventSubscription.objects.filter(refresh_before__gt=now).order_by("pk").values_list("pk", flat=True)[:limit]
-    ):
+    live = EventSubscription.objects.filter(refresh_before__gt=now, active=True)  # a suspended one waits
+    for pk in live.order_by("pk").values_list("pk", flat=True)[:limit]:
         with transaction.atomic():
             row = (
                 EventSubscription.objects.select_for_update(skip_locked=True)
                 .select_related("agent")
-                .filter(pk=pk, refresh_before__gt=now)
+                .filter(pk=pk, refresh_before__gt=now, active=True)
                 .first()
             )
             if row is None:
@@ -533,6 +570,14 @@ def enqueue_webhooks(limit: int = 100) -> int:
                 continue
             position = decode_cursor(row.cursor)
             assert position is not None
+            position, gap = start(position, None, now)
+            if gap:
+                # Its cursor fell behind the retention window (the sidecar was down, or delivery was suspended
+                # that long): the events before the floor are not replayed, and the receiver is told at once.
+                _control(row, {"type": "gap", "cursor": position.encode()})
+                row.cursor = position.encode()
+                row.save(update_fields=["cursor"])
+                sent += 1
             if sub.name == READY and ready_interval_left(position, now) > 0:
                 continue
             batch = read(sub, position, EVENTS_DEFAULT_MAX_EVENTS)
@@ -563,13 +608,18 @@ def enqueue_webhooks(limit: int = 100) -> int:
 
 def _terminate(row: Any, reason: str) -> None:
     """Enqueue the sketch's signed ``terminated`` envelope to a subscription that is ending."""
+    _control(row, {"type": "terminated", "error": {"code": -32012, "message": "Forbidden", "data": {"reason": reason}}})
+
+
+def _control(row: Any, body: dict[str, Any]) -> None:
+    """Enqueue one of the sketch's control envelopes (``gap``, ``terminated``) to a subscription: signed and
+    headed like an event, its webhook-id ``msg_<type>_<random>``."""
     import secrets
 
     from todos.notices import Notice, notify_url
 
-    body = {"type": "terminated", "error": {"code": -32012, "message": "Forbidden", "data": {"reason": reason}}}
-    msg_id = f"msg_terminated_{secrets.token_hex(8)}"
-    notice = Notice(key=f"event:{row.pk}:{msg_id}", event="terminated", subject=f"{msg_id} to {row.pk}", text="")
+    msg_id = f"msg_{body['type']}_{secrets.token_hex(8)}"
+    notice = Notice(key=f"event:{row.pk}:{msg_id}", event=body["type"], subject=f"{msg_id} to {row.pk}", text="")
     notify_url(
         url=row.url,
         secret=row.secret,
@@ -589,7 +639,7 @@ class CallbackEndpointError(Exception):
         self.reason = reason
 
 
-def _reason(failure: str) -> str:
+def failure_reason(failure: str) -> str:
     if failure.startswith("HTTP 4"):
         return "http_4xx"
     if failure.startswith("HTTP "):
@@ -615,7 +665,7 @@ def verify_endpoint(agent: Agent, url: str, secret: str, subscription: str) -> N
     from todos.models import EventSubscription
     from todos.outbound import DeliveryFailed, post_webhook
 
-    if EventSubscription.objects.filter(agent=agent, url=url, refresh_before__gt=_db_now()).exists():
+    if EventSubscription.objects.filter(agent=agent, url=url, refresh_before__gt=db_now()).exists():
         return
     challenge = secrets.token_urlsafe(24)
     msg_id = f"msg_verification_{secrets.token_hex(8)}"
@@ -624,7 +674,7 @@ def verify_endpoint(agent: Agent, url: str, secret: str, subscription: str) -> N
     try:
         sent = post_webhook(url, secret, msg_id, body, field="delivery.url", extra_headers=headers, redirects=0)
     except DeliveryFailed as exc:
-        raise CallbackEndpointError(_reason(str(exc))) from None
+        raise CallbackEndpointError(failure_reason(str(exc))) from None
     try:
         echoed = json.loads(sent.body).get("challenge")
     except (ValueError, AttributeError):

@@ -66,6 +66,11 @@ DEFAULT_LIST_LIMIT = 20
 A2A_MAX_MESSAGE_ID_CHARS = 200
 A2A_MAX_PARTS = 100
 A2A_STREAM_POLL_SECONDS = 2.0
+# A2A push notification configs (todos/a2a/push.py): at most this many per task (each transition of the task
+# sends one delivery per config), each config's id, token and Authorization credentials at most this long.
+A2A_MAX_PUSH_CONFIGS = 10
+A2A_MAX_PUSH_ID_CHARS = 100
+A2A_MAX_PUSH_SECRET_CHARS = 1000
 # MCP Tasks on the 2025-11-25 wire: a client listening on GET /mcp gets notifications/tasks/status for its
 # tasks, found by re-reading them this often (a changed row is seen once, late by at most this much).
 MCP_TASK_STATUS_POLL_SECONDS = 2.0
@@ -261,6 +266,10 @@ EVENTS_NEXT_POLL_MS = 1000  # nextPollMs: the sketch's client floor; a held poll
 EVENTS_MAX_TODOS_ARGUMENT = 100  # ids one todo.finished subscription may name (as a wait's for.todos)
 EVENTS_WEBHOOK_TTL_MIN_SECONDS = 60  # a webhook subscription's TTL is clamped up to this (no refresh storms)
 EVENTS_WEBHOOK_TTL_DEFAULT_SECONDS = 3600  # granted when ttlMs is absent
+# After a refresh replaces a subscription's secret, its deliveries carry signatures under the new and the old
+# secret for this long (the sketch's dual-signing grace window): in-flight deliveries and a receiver that has
+# not switched yet still verify. It spans a delivery's retries at the defaults (about 20 minutes).
+EVENTS_SECRET_ROTATION_GRACE_SECONDS = 1800
 
 
 def events_max_subscriptions_per_agent() -> int:
@@ -273,6 +282,13 @@ def events_webhook_ttl_max_seconds() -> int:
     """The longest webhook subscription TTL granted (EVENTS_WEBHOOK_TTL_MAX_SECONDS, default a day: the sketch's
     recommended ceiling). ``ttlMs: null`` (no expiry) is granted this too: finite, as the sketch allows."""
     return int(settings.EVENTS_WEBHOOK_TTL_MAX_SECONDS)
+
+
+def events_suspend_after_failures() -> int:
+    """Consecutive failed delivery attempts to a webhook subscription after which the sidecar suspends it
+    (EVENTS_SUSPEND_AFTER_FAILURES, default 10; 0: never): no new events are enqueued for it (its cursor
+    waits) until a refresh reactivates it; ``deliveryStatus`` says why (``lastError``, ``failedSince``)."""
+    return max(0, int(settings.EVENTS_SUSPEND_AFTER_FAILURES))
 
 
 def events_retention_seconds() -> int:

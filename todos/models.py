@@ -13,7 +13,7 @@ import secrets
 import string
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -287,6 +287,11 @@ class Todo(models.Model):
     # null bitmap). When the todo becomes done or a dead-letter, the trigger todo_enqueues_callback enqueues
     # its delivery in the system queue in the same statement (todos/sql/functions/todos_enqueue_callback.sql).
     callback = models.JSONField(null=True, blank=True, editable=False)
+    # True once an A2A push notification config is added to this todo's task (todos/a2a/push.py); null for
+    # every other todo (no bytes beyond the null bitmap). The trigger todo_enqueues_a2a_push fires only for
+    # rows where it is true (todos/sql/functions/todos_enqueue_a2a_push.sql): other claims and completes
+    # never call it.
+    a2a_push = models.BooleanField(null=True, blank=True, editable=False)
     # Named limits (issue 31) this todo names, beside its queue's (null: none, so a plain create writes
     # nothing more): a claim takes it only when every one of them allows (todos/sql/flow.py).
     limits = ArrayField(models.TextField(), null=True, blank=True, editable=False)
@@ -902,6 +907,33 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+class A2APushConfig(models.Model):
+    """An A2A push notification config of a task (todos/a2a/push.py): where each change of the task's A2A
+    state is POSTed as a StreamResponse, with the client's ``token`` in X-A2A-Notification-Token and its
+    ``authentication`` as the Authorization header, signed too with the owning agent's webhook_secret. The
+    todo is named, not a foreign key: a purge that deletes the todo leaves its configs, which send nothing
+    (the trigger finds no todo to fire for)."""
+
+    todo_id = models.CharField(max_length=40)
+    config_id = models.CharField(max_length=100)
+    agent_id = models.BigIntegerField()  # the agent that added it: its webhook_secret signs the deliveries
+    url = models.CharField(max_length=2000)
+    token = models.CharField(max_length=1000, blank=True, default="")
+    auth_scheme = models.CharField(max_length=100, blank=True, default="")
+    auth_credentials = models.CharField(max_length=1000, blank=True, default="")
+    max_attempts = models.PositiveSmallIntegerField(default=8)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One config per (task, id); its index (todo_id first) is the trigger's lookup of a task's configs.
+            models.UniqueConstraint(fields=["todo_id", "config_id"], name="a2a_push_config_one_per_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.todo_id}/{self.config_id}"
+
+
 class NotifyEndpoint(models.Model):
     """Where a person's (or a group's) notices go besides email (issue 29): an HTTP receiver that gets each
     notice as a signed Standard Webhooks POST (todos/notices.py), e.g. a Slack or Teams bridge. Exactly one
@@ -967,6 +999,17 @@ class EventSubscription(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     refreshed_at = models.DateTimeField(db_default=Now())
     last_delivery_at = models.DateTimeField(null=True, blank=True)
+    # Secret rotation: the secret a refresh replaced, and when; deliveries are signed under both for
+    # EVENTS_SECRET_ROTATION_GRACE_SECONDS after (signing_secrets).
+    previous_secret = models.CharField(max_length=200, null=True, blank=True)
+    secret_rotated_at = models.DateTimeField(null=True, blank=True)
+    # Delivery health (the sketch's deliveryStatus): consecutive failed attempts, since when, the last
+    # failure's category (never the endpoint's own answer), and whether delivery is suspended (active false,
+    # after events_suspend_after_failures() failures; a refresh reactivates it).
+    active = models.BooleanField(default=True)
+    failures = models.PositiveIntegerField(default=0)
+    failed_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=30, null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -976,3 +1019,13 @@ class EventSubscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id}: {self.name} -> {self.url}"
+
+    def signing_secrets(self, now: datetime) -> list[str]:
+        """The secrets its deliveries are signed under now: its own, and the one it replaced while in grace."""
+        from todos.limits import EVENTS_SECRET_ROTATION_GRACE_SECONDS
+
+        grace = timedelta(seconds=EVENTS_SECRET_ROTATION_GRACE_SECONDS)
+        rotated = self.secret_rotated_at
+        if self.previous_secret and rotated is not None and now - rotated < grace:
+            return [self.secret, self.previous_secret]
+        return [self.secret]

@@ -64,14 +64,19 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, to_sign, hashlib.sha256).digest()).decode()
 
 
-def signed_headers(secret: str, msg_id: str, body: bytes, *, timestamp: int | None = None) -> dict[str, str]:
+def signed_headers(
+    secret: str, msg_id: str, body: bytes, *, timestamp: int | None = None, also: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The Standard Webhooks headers; ``also``: more secrets to sign under, space-delimited in one
+    ``webhook-signature`` (the spec's multi-signature: a receiver accepts if any verifies), e.g. the secret a
+    rotation replaced, during its grace window."""
     ts = int(time.time()) if timestamp is None else timestamp
     return {
         "content-type": "application/json",
         "user-agent": USER_AGENT,
         "webhook-id": msg_id,
         "webhook-timestamp": str(ts),
-        "webhook-signature": sign(secret, msg_id, ts, body),
+        "webhook-signature": " ".join(sign(s, msg_id, ts, body) for s in dict.fromkeys((secret, *also))),
     }
 
 
@@ -156,15 +161,17 @@ def post_webhook(
     extra_headers: dict[str, str] | None = None,
     redirects: int = OUTBOUND_MAX_REDIRECTS,
     final: tuple[int, ...] = (),
+    also_secrets: tuple[str, ...] = (),
 ) -> Sent:
     """Send one signed webhook; raises DeliveryFailed unless the (last) answer is 2xx. ``extra_headers`` are
     sent beside the signature's (MCP Events' X-MCP-Subscription-Id); ``redirects``: hops followed at most
     (0 for MCP Events, whose sketch forbids following one); ``final``: statuses that end the delivery
-    without a retry (MCP Events' 410 Gone and 413: the receiver declined it), returned, not raised."""
+    without a retry (MCP Events' 410 Gone and 413: the receiver declined it), returned, not raised;
+    ``also_secrets``: more secrets to sign under (a rotation's grace window)."""
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     if len(body) > OUTBOUND_MAX_BODY_BYTES:
         raise DeliveryFailed(f"body of {len(body)} bytes is over {OUTBOUND_MAX_BODY_BYTES}", permanent=True)
-    headers = {**(extra_headers or {}), **signed_headers(secret, msg_id, body)}
+    headers = {**(extra_headers or {}), **signed_headers(secret, msg_id, body, also=also_secrets)}
     timeout = httpx.Timeout(OUTBOUND_TIMEOUT_SECONDS, connect=OUTBOUND_CONNECT_TIMEOUT_SECONDS)
     with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls()) as client:
         current = url
@@ -255,18 +262,14 @@ def deliver(todo_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         # (the eventId) and headers, and follows no redirect; a callback notice gets {type, timestamp, data}.
         body = payload["body"] if isinstance(payload.get("body"), dict) else _webhook_body(todo_id, notice)
         extra = payload.get("headers") if isinstance(payload.get("headers"), dict) else None
-        sent = post_webhook(
-            str(payload["url"]),
-            str(payload["secret"]),
-            str(payload.get("msg_id") or todo_id),
-            body,
-            extra_headers=extra,
-            redirects=0 if extra is not None else OUTBOUND_MAX_REDIRECTS,
-            final=(410, 413) if extra is not None else (),
-        )
+        if extra is not None:
+            return _event_delivery(todo_id, payload, body, extra)
+        sent = post_webhook(str(payload["url"]), str(payload["secret"]), todo_id, body)
         return {"channel": "url", "status": sent.status, "hops": sent.hops}
     if channel == "callback":
         return _callback(todo_id, payload)
+    if channel == "a2a":
+        return _a2a_push(todo_id, payload)
     raise DeliveryFailed(f"unknown channel {channel!r}", permanent=True)
 
 
@@ -291,6 +294,69 @@ def _callback(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     }
     sent = post_webhook(str(payload["url"]), secret, delivery_id, body, field="callback.url")
     return {"channel": "callback", "todo": payload.get("todo"), "status": sent.status, "hops": sent.hops}
+
+
+def _event_delivery(
+    delivery_id: str, payload: dict[str, Any], body: dict[str, Any], headers: dict[str, Any]
+) -> dict[str, Any]:
+    """An MCP Events webhook delivery: signed under its subscription's secrets as they are now (the new and,
+    in a rotation's grace window, the old one; the delivery's own when the subscription is gone, e.g. a
+    ``terminated`` envelope), no redirect followed, 410 and 413 final. Each attempt's outcome is recorded on
+    the subscription (event_feed.record_delivery): enough consecutive failures suspend it."""
+    from todos import event_feed
+    from todos.models import EventSubscription
+
+    subscription_id = str(headers.get("X-MCP-Subscription-Id", ""))
+    row = EventSubscription.objects.filter(pk=subscription_id).first() if subscription_id else None
+    secrets = row.signing_secrets(event_feed.db_now()) if row is not None else [str(payload["secret"])]
+    try:
+        sent = post_webhook(
+            str(payload["url"]),
+            secrets[0],
+            str(payload.get("msg_id") or delivery_id),
+            body,
+            extra_headers={str(k): str(v) for k, v in headers.items()},
+            redirects=0,
+            final=(410, 413),
+            also_secrets=tuple(secrets[1:]),
+        )
+    except DeliveryFailed as exc:
+        if row is not None:
+            event_feed.record_delivery(row.pk, event_feed.failure_reason(str(exc)))
+        raise
+    if row is not None:
+        event_feed.record_delivery(row.pk, None if sent.status < 300 else "http_4xx")
+    return {"channel": "url", "status": sent.status, "hops": sent.hops}
+
+
+def _a2a_push(delivery_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """An A2A push notification (enqueued by the trigger todo_enqueues_a2a_push; todos/a2a/push.py): the
+    task's StreamResponse as it is now, with the config's token and Authorization, signed with the agent's
+    webhook_secret too. It follows no redirect: the credentials go to the URL the client gave, nowhere else.
+    A config deleted since, a todo purged, or a change overtaken by a later one (the todo's state is no
+    longer the one the trigger recorded) sends nothing."""
+    from todos.a2a import push
+    from todos.models import A2APushConfig, Agent, Todo
+
+    config = A2APushConfig.objects.filter(pk=int(payload.get("config") or 0)).first()
+    todo = Todo.objects.filter(pk=str(payload.get("todo"))).first()
+    if config is None or todo is None:
+        return {"channel": "a2a", "todo": payload.get("todo"), "skipped": "the config or the task is gone"}
+    if todo.state != payload.get("state"):
+        # Overtaken by a later change, whose own delivery carries the newer state: a receiver never gets a
+        # stale state after a newer one, nor the same final task twice.
+        return {"channel": "a2a", "todo": todo.id, "skipped": f"superseded by {todo.state}"}
+    secret = Agent.objects.filter(pk=config.agent_id).values_list("webhook_secret", flat=True).first()
+    if not secret:
+        raise DeliveryFailed("the agent that added the config is gone or has no webhook_secret", permanent=True)
+    headers: dict[str, str] = {}
+    if config.token:
+        headers["X-A2A-Notification-Token"] = config.token
+    if config.auth_scheme and config.auth_credentials:
+        headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}"
+    body = push.body_of(todo)
+    sent = post_webhook(config.url, secret, delivery_id, body, field="url", extra_headers=headers, redirects=0)
+    return {"channel": "a2a", "todo": todo.id, "config": config.config_id, "status": sent.status}
 
 
 def _webhook_body(todo_id: str, notice: dict[str, Any]) -> dict[str, Any]:

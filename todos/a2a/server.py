@@ -13,9 +13,9 @@ and ``SubscribeToTask`` wait on the await machinery of todos/results.py (an asyn
 listener when the todo finishes, re-read every A2A_STREAM_POLL_SECONDS for a claim, progress or a wait),
 each wait one of the agent's await slots. A stream ends when its task finishes or needs input.
 
-Push notifications: a message's config becomes its todo's issue 29 callback (todos/a2a/tasks.py), one
-signed webhook when the todo is done or dead-lettered, SSRF-checked when given; Get/List read it back,
-Create/Delete on an existing task are UnsupportedOperation.
+Push notifications (todos/a2a/push.py): configs given with a message or added to the caller's own task
+(Create/Get/List/DeleteTaskPushNotificationConfig, on both bindings), each SSRF-checked; every change of the
+task's state is POSTed to each as a StreamResponse with the config's token, by the notify sidecar.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from switchboard import dberrors
 from switchboard.api import error_body
 from switchboard.mounted import CALLER_SCOPE_KEY
 from todos import budgets, results, states
-from todos.a2a import tasks
+from todos.a2a import push, tasks
 from todos.a2a.tasks import A2AError
 from todos.errors import BudgetExceeded, QueueError
 from todos.limits import A2A_STREAM_POLL_SECONDS, LONG_POLL_MAX_SECONDS
@@ -201,11 +201,6 @@ def _returns_at_once(params: dict[str, Any]) -> bool:
 
 # --- JSON-RPC ---------------------------------------------------------------------------------------
 
-# A task's push config is given with its message (the todo's callback) and kept as it is.
-FIXED_PUSH = A2AError(
-    -32004, 400, "A push config is given with the message (configuration) and cannot change.", "UNSUPPORTED_OPERATION"
-)
-
 
 async def _jsonrpc(agent: Agent, request: Request) -> Response:
     try:
@@ -244,11 +239,9 @@ async def _jsonrpc(agent: Agent, request: Request) -> Response:
             result = tasks.task_of(await _pool(lambda: tasks.cancel(agent, params, tenant)))
         elif method == "SubscribeToTask":
             return _sse(_updates(agent, await _subscribable(agent, params.get("id"), tenant)), wrap)
-        elif method in ("GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs"):
-            listed = method.startswith("List")
-            result = await _pool(lambda: tasks.push_config(agent, params, tenant, listed=listed))
-        elif method in ("CreateTaskPushNotificationConfig", "DeleteTaskPushNotificationConfig"):
-            raise FIXED_PUSH
+        elif method in PUSH_METHODS:
+            operation = PUSH_METHODS[method]
+            result = await _pool(lambda: operation(agent, params, tenant))
         elif method == "GetExtendedAgentCard":
             raise A2AError(-32007, 400, "No extended Agent Card is configured.", "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
         else:
@@ -256,6 +249,31 @@ async def _jsonrpc(agent: Agent, request: Request) -> Response:
     except Exception as exc:  # each mapped by _unexpected: an unexpected one is logged, its text never sent
         return JSONResponse(_rpc_error(rpc_id, _unexpected(exc)))
     return JSONResponse(wrap(result))
+
+
+# --- push notification configs (todos/a2a/push.py) -----------------------------------------------------
+
+PUSH_METHODS: dict[str, Callable[[Agent, dict[str, Any], str | None], dict[str, Any]]] = {
+    "CreateTaskPushNotificationConfig": push.create,
+    "GetTaskPushNotificationConfig": push.get,
+    "ListTaskPushNotificationConfigs": push.listed,
+    "DeleteTaskPushNotificationConfig": push.delete,
+}
+
+
+async def _push_rest(agent: Agent, request: Request, task_id: str, config_id: str | None, tenant: str) -> Any:
+    """POST .../tasks/{id}/pushNotificationConfigs (the body is the config), GET it or one, DELETE one."""
+    if request.method == "POST" and config_id is None:
+        params = json.loads(await request.body() or b"{}")
+        if not isinstance(params, dict):
+            raise tasks.invalid("The body must be a JSON object.")
+        return await _pool(lambda: push.create(agent, params, tenant, task_id))
+    named = {"taskId": task_id, "id": config_id}
+    if request.method == "GET":
+        return await _pool(lambda: (push.listed if config_id is None else push.get)(agent, named, tenant))
+    if request.method == "DELETE" and config_id is not None:
+        return await _pool(lambda: push.delete(agent, named, tenant))
+    raise A2AError(-32601, 405, "Method not allowed.", "METHOD_NOT_FOUND")
 
 
 # --- the REST binding ---------------------------------------------------------------------------------
@@ -285,11 +303,7 @@ async def _rest(agent: Agent, request: Request) -> Response:
                 todo = await _settle(agent, todo)
             return JSONResponse({"task": tasks.task_of(todo)})
         if route["pushed"]:
-            if post or request.method == "DELETE":
-                raise FIXED_PUSH
-            params = {"taskId": route["pushed"], "id": route["config"]}
-            listed = route["config"] is None
-            return JSONResponse(await _pool(lambda: tasks.push_config(agent, params, tenant, listed=listed)))
+            return JSONResponse(await _push_rest(agent, request, route["pushed"], route["config"], tenant))
         if route["list"]:
             query: dict[str, Any] = dict(request.query_params)
             if "pageSize" in query:

@@ -9,10 +9,8 @@
 * A follow-up message naming a task that needs input (a wait for a token, a person or a manual resolve)
   resolves the wait with ``{"message": ...}`` as its data, only when the caller may resolve it under
   issue 28's rules (queue.resolve decides: never the agent that waits).
-* A message's ``configuration.taskPushNotificationConfig`` becomes the todo's issue 29 ``callback``: one
-  signed webhook (Standard Webhooks, the agent's ``webhook_secret``) when the todo is done or dead-lettered,
-  through todos/notices.py's sender and its SSRF guard (a private or loopback URL is refused at input).
-  Its config reads back as ``id`` "callback"; configs are not added to or removed from a task later.
+* A message's ``configuration.taskPushNotificationConfig`` is the task's first push config, added in the
+  todo's create transaction; todos/a2a/push.py adds, reads and removes them later, and says what is sent.
 * Tasks are the caller's: ``ListTasks`` lists the todos it created over A2A (``source`` ``a2a:<agent
   key>``) within its scopes; ``GetTask`` and ``CancelTask`` reach any todo its scopes show, as REST does.
 
@@ -29,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
@@ -204,38 +203,31 @@ def send_message(agent: Agent, params: dict[str, Any], tenant: str | None) -> To
         "payload": {"message": message},
         "idempotency_key": f"a2a:{agent.pk}:{message['messageId']}",
     }
-    if (push := _push_config(params)) is not None:
-        # Issue 29's callback: SSRF-checked here (a 400 naming callback.url), sent by the notify sidecar as a
-        # signed Standard Webhook (todo.done / todo.dead_lettered) under the agent's webhook_secret.
-        data["callback"] = {"url": push}
+    push = _push_config(params)
     create = TodoCreateInput(data=data)
     if not create.is_valid():
         raise invalid("The message cannot be a todo.", fields=create.errors)
     try:
-        todo, _ = queue.create(agent=agent, **{**create.validated_data, "source": source_of(agent)})
+        with transaction.atomic():
+            todo, _ = queue.create(agent=agent, **{**create.validated_data, "source": source_of(agent)})
+            if push is not None:
+                from todos.a2a import push as pushes
+
+                pushes.add(agent, todo, push)
     except QueueError as exc:
         raise from_queue_error(exc) from None
     return todo
 
 
-def _push_config(params: dict[str, Any]) -> str | None:
-    """The URL of the message's ``configuration.taskPushNotificationConfig``, if any."""
+def _push_config(params: dict[str, Any]) -> dict[str, str] | None:
+    """The message's ``configuration.taskPushNotificationConfig``, if any, validated (todos/a2a/push.py)."""
+    from todos.a2a import push
+
     configuration = params.get("configuration")
     config = configuration.get("taskPushNotificationConfig") if isinstance(configuration, dict) else None
     if not config:
         return None
-    url = config.get("url") if isinstance(config, dict) else None
-    if not isinstance(url, str) or not url:
-        raise invalid("taskPushNotificationConfig.url (a string) is required.")
-    return url
-
-
-def push_configs(todo: Todo) -> list[dict[str, Any]]:
-    """The task's push notification configs: its todo's callback, when it has one (``id`` "callback")."""
-    callback = todo.callback if isinstance(todo.callback, dict) else None
-    if not callback or not isinstance(callback.get("url"), str):
-        return []
-    return [{"id": "callback", "taskId": todo.id, "url": callback["url"]}]
+    return push.parsed(config, "taskPushNotificationConfig")
 
 
 def _follow_up(agent: Agent, message: dict[str, Any], tenant: str | None) -> Todo:
@@ -302,17 +294,6 @@ def list_tasks(agent: Agent, params: dict[str, Any], tenant: str | None) -> dict
             json.dumps([last.created_at.isoformat(), last.id]).encode()
         ).decode()
     return answer
-
-
-def push_config(agent: Agent, params: dict[str, Any], tenant: str | None, *, listed: bool) -> dict[str, Any]:
-    """GetTaskPushNotificationConfig (``listed`` False) or ListTaskPushNotificationConfigs of a visible task."""
-    todo = visible(agent, params.get("taskId"), tenant)
-    configs = push_configs(todo)
-    if listed:
-        return {"configs": configs, "nextPageToken": ""}
-    if not configs or params.get("id") not in (None, "", "callback"):
-        raise A2AError(-32001, 404, "Push notification config not found", "TASK_NOT_FOUND")
-    return configs[0]
 
 
 def refused(exc: serializers.ValidationError) -> A2AError:

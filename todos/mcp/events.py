@@ -131,7 +131,7 @@ def _begin(agent: Agent, params: dict[str, Any]) -> tuple[event_feed.Subscriptio
 async def poll(agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
     limit = _int(params, "maxEvents", EVENTS_DEFAULT_MAX_EVENTS, EVENTS_MAX_EVENTS) or 1
     timeout_ms = _int(params, "timeoutMs", 0, EVENTS_POLL_TIMEOUT_MAX_MS)
-    sub, begin, truncated = await tools.in_thread(lambda: _begin(agent, params))
+    _, begin, truncated = await tools.in_thread(lambda: _begin(agent, params))
     answer: dict[str, Any] = {"events": [], "cursor": begin.encode(), "truncated": truncated, "hasMore": False}
     if params.get("cursor") is None:  # null: start from now, no events
         return {**answer, "nextPollMs": EVENTS_NEXT_POLL_MS}
@@ -139,7 +139,9 @@ async def poll(agent: Agent, params: dict[str, Any]) -> dict[str, Any]:
     deadline = loop.time() + timeout_ms / 1000
     with budgets.wait_slots.slot(agent):
         while True:
-            batch = await tools.in_thread(functools.partial(event_feed.read, sub, begin, limit))
+            # The agent is read afresh on every re-read, as a push stream's is: one deactivated or whose
+            # scopes no longer cover the subscription mid-wait is answered -32012 at once, not with events.
+            batch = await tools.in_thread(functools.partial(_reread, agent.pk, params, begin, limit))
             if batch.events or loop.time() >= deadline:
                 break
             begin = event_feed.decode_cursor(batch.cursor) or begin
@@ -222,14 +224,15 @@ def install(server: Any) -> None:
 # --- events/stream: a POST answered with an SSE stream (todos/mcp/server.py hands it here) ---------------
 
 
-def _reread(agent_pk: int, params: dict[str, Any], begin: Position) -> event_feed.Batch:
-    """A push stream's re-read, with the agent read afresh (one primary-key read): a deactivated agent, or
-    one whose scopes no longer cover the subscription, is refused (FeedError), which ends the stream."""
+def _reread(agent_pk: int, params: dict[str, Any], begin: Position, limit: int = EVENTS_MAX_EVENTS) -> event_feed.Batch:
+    """A held poll's or a push stream's re-read, with the agent read afresh (one primary-key read): a
+    deactivated agent, or one whose scopes no longer cover the subscription, is refused (FeedError), which
+    answers the poll -32012 or ends the stream."""
     agent = Agent.objects.filter(pk=agent_pk, is_active=True).first()
     if agent is None:
         raise FeedError("forbidden", "The agent was deactivated.", field="name")
     sub = event_feed.check(agent, params.get("name"), params.get("arguments"))
-    return event_feed.read(sub, begin, EVENTS_MAX_EVENTS)
+    return event_feed.read(sub, begin, limit)
 
 
 def _frame(message: dict[str, Any]) -> bytes:

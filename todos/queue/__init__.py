@@ -34,6 +34,7 @@ from todos.queue.operators import (
     set_priority_many,
 )
 from todos.queue.people import decide, escalate_people, reassign, remind_people
+from todos.queue.push import add_push_config, delete_push_config
 from todos.queue.reaper import (
     LapseResult,
     ReapResult,
@@ -54,6 +55,7 @@ __all__ = [
     "LapseResult",
     "ReapResult",
     "TodoRef",
+    "add_push_config",
     "cancel",
     "cancel_many",
     "claim",
@@ -63,6 +65,7 @@ __all__ = [
     "create",
     "create_many",
     "decide",
+    "delete_push_config",
     "discard",
     "discard_many",
     "escalate_people",

@@ -10,7 +10,7 @@ _TODO_COLUMNS = """id, queue, source, kind, title, payload, event_id, idempotenc
     next_retry_at, lease_id, errors, run_at, priority, waiting_for, resolution, progress, checkpoint,
     traceparent, fair_key, depends_on, dependencies_left, on_dependency_failure, has_dependents, parent_id,
     root_id, depth, descendants, spawn_caps, callback, limits, expires_at, children, cascade, revoked_lease_id,
-    late_result, usage, tree_usage, budget, budget_exhausted"""
+    late_result, usage, tree_usage, budget, budget_exhausted, a2a_push"""
 # Every statement that hands back todos returns these columns, in this order: todos/queue/ builds
 # Todos from them by position.
 TODO_COLUMNS = _TODO_COLUMNS

@@ -18,9 +18,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.client.errors import A2AClientError
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
-    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
-    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -28,18 +26,14 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
-    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from django.db import connection
-from standardwebhooks import Webhook
 
 from todos import queue
 from todos.models import Agent, Todo, TodoState
-from todos.notices import NOTIFY_QUEUE
 from todos.tests.mcp_live import mcp_base
-from todos.tests.test_callbacks import run_notify
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
 
@@ -280,44 +274,6 @@ def test_the_rest_binding_sends_streams_gets_lists_and_cancels(mcp_base, agent):
     assert got.artifacts[0].parts[0].data.struct_value["via"] == "rest"
     assert len(listed.tasks) == 2 and cancelled.status.state == TaskState.TASK_STATE_CANCELED
     assert isinstance(missing, TaskNotFoundError)
-
-
-# --- push notifications: the todo's callback (issue 29's signed sender) --------------------------------
-
-
-@pytest.mark.parametrize("binding", [JSONRPC, REST])
-def test_a_push_config_is_a_signed_webhook_when_the_task_completes(mcp_base, agent, receiver, binding):
-    async def scenario(client: Any) -> Any:
-        request = send("call me back", at_once=True)
-        request.configuration.task_push_notification_config.CopyFrom(TaskPushNotificationConfig(url=receiver.url))
-        [sent] = await collect(client.send_message(request))
-        task_id = sent.task.id
-        got = await client.get_task_push_notification_config(
-            GetTaskPushNotificationConfigRequest(task_id=task_id, id="callback")
-        )
-        listed = await client.list_task_push_notification_configs(
-            ListTaskPushNotificationConfigsRequest(task_id=task_id)
-        )
-        try:
-            await client.create_task_push_notification_config(
-                TaskPushNotificationConfig(task_id=task_id, url=receiver.url)
-            )
-            later: Any = None
-        except UnsupportedOperationError as exc:
-            later = exc
-        await in_thread(work_it(agent, {"done": True}))
-        return task_id, got, listed, later
-
-    task_id, got, listed, later = run(mcp_base, agent.token, scenario, streaming=False, binding=binding)
-    assert got.url == receiver.url and got.task_id == task_id and [c.url for c in listed.configs] == [receiver.url]
-    assert isinstance(later, UnsupportedOperationError)
-    [delivery] = Todo.objects.filter(queue=NOTIFY_QUEUE)
-    assert delivery.payload["event"] == "todo.done" and delivery.payload["todo"] == task_id
-    assert run_notify() == "sent=1 failed=0\n"
-    [request] = receiver.requests
-    agent.refresh_from_db()
-    body = Webhook(agent.webhook_secret).verify(request.body, request.headers)
-    assert body["type"] == "todo.done" and body["data"]["id"] == task_id and body["data"]["result"] == {"done": True}
 
 
 def test_concurrent_resends_of_one_message_make_one_todo(mcp_base, agent):

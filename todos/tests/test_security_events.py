@@ -236,3 +236,43 @@ def test_a_push_stream_ends_when_its_agent_is_deactivated(mcp_base, make_agent):
         assert not [m for m in stream.messages if m.get("method") == "notifications/events/event"]
     finally:
         stream.close()
+
+
+@pytest.mark.parametrize("revoke", ["deactivated", "scope removed"])
+def test_a_held_poll_ends_when_its_agent_is_deactivated_or_loses_the_scope(mcp_base, make_agent, revoke):
+    import threading
+
+    alice: Agent = make_agent("alice6")
+    params = {"name": "todo.finished", "arguments": {"queue": "jobs"}}
+    start = rpc(mcp_base, alice.token, "events/poll", {**params, "cursor": None})["result"]["cursor"]
+    answers: list[dict[str, Any]] = []
+    held = {**params, "cursor": start, "timeoutMs": 20_000}
+    poller = threading.Thread(target=lambda: answers.append(rpc(mcp_base, alice.token, "events/poll", held)))
+    began = time.monotonic()
+    poller.start()
+    time.sleep(1.5)  # the poll is held, waiting for an event
+    if revoke == "deactivated":
+        Agent.objects.filter(pk=alice.pk).update(is_active=False)
+    else:
+        Agent.objects.filter(pk=alice.pk).update(claim_scopes=["other"], create_scopes=["other"])
+    finish("jobs", make_agent("worker"))  # an event it may no longer see
+    poller.join(timeout=15)
+    assert not poller.is_alive() and time.monotonic() - began < 10  # re-checked mid-wait, not at its end
+    [answer] = answers
+    assert "result" not in answer and answer["error"]["code"] == -32012
+
+
+def test_delivery_status_names_a_category_never_the_endpoints_answer(capped, hook, agent):
+    url = f"{hook.url}/oracle"
+    first = rpc(capped, agent.token, "events/subscribe", webhook(url))["result"]
+    hook.status = 401  # an inside service's answer the agent would like to read back
+    with override_settings(EVENTS_SUSPEND_AFTER_FAILURES=1):
+        finish("jobs", agent)
+        deadline = time.monotonic() + 10
+        while not deliveries(hook) and time.monotonic() < deadline:  # until the watermark passes the event
+            time.sleep(0.1)
+            _round(hook)
+    refreshed = rpc(capped, agent.token, "events/subscribe", webhook(url, cursor=first["cursor"]))["result"]
+    assert refreshed["deliveryStatus"]["lastError"] == "http_4xx" and refreshed["deliveryStatus"]["active"] is False
+    assert set(refreshed["deliveryStatus"]) == {"active", "lastDeliveryAt", "lastError", "failedSince"}
+    assert "401" not in str(refreshed)

@@ -15,10 +15,12 @@ import pytest
 import requests
 
 from todos import queue
+from todos.a2a import push as a2a_push
 from todos.a2a import tasks as a2a_tasks
 from todos.a2a.tasks import A2AError
 from todos.mcp.tasks import EXTENSION
-from todos.models import Todo, TodoState
+from todos.models import A2APushConfig, Todo, TodoState
+from todos.notices import NOTIFY_QUEUE
 from todos.tests.mcp_live import mcp_base
 
 __all__ = ["mcp_base"]  # the fixture, imported for pytest
@@ -116,16 +118,65 @@ def test_a_push_config_to_loopback_is_refused_with_the_guard_on_and_nothing_is_c
         "message": a2a_message("call me back"),
         "configuration": {"taskPushNotificationConfig": {"url": url}, "returnImmediately": True},
     }
-    for target in (url, "http://[::1]/hook", "http://169.254.169.254/latest/meta-data/", "file:///etc/passwd"):
+    targets = (url, "http://[::1]/hook", "http://169.254.169.254/latest/meta-data/", "file:///etc/passwd")
+    for target in targets:
         params["configuration"]["taskPushNotificationConfig"]["url"] = target
         with pytest.raises(A2AError) as refused:
             a2a_tasks.send_message(agent, params, "jobs")
-        assert refused.value.code == -32602 and "callback.url" in json.dumps(refused.value.detail)
-    # Over the wire, a config cannot be added to a task after its message either.
-    config = {"taskId": "td_" + "0" * 26, "url": url, "token": "t"}
+        assert refused.value.code == -32602 and "taskPushNotificationConfig.url" in json.dumps(refused.value.detail)
+    assert not Todo.objects.exists()
+    # Nor can one be added to an existing task later (the live server runs its own settings: there, with
+    # loopback allowed for the tests, a non-http URL stands for what the guard refuses).
+    todo = a2a_tasks.send_message(agent, {"message": a2a_message("mine")}, "jobs")
+    for target in targets:
+        with pytest.raises(A2AError) as refused:
+            a2a_push.create(agent, {"taskId": todo.id, "url": target, "token": "t"}, "jobs")
+        assert refused.value.code == -32602 and "config.url" in json.dumps(refused.value.detail)
+    headers = {"Authorization": f"Bearer {agent.token}"}
+    config = {"taskId": todo.id, "url": "file:///etc/passwd", "token": "t"}
     answer = a2a(mcp_base, agent.token, "CreateTaskPushNotificationConfig", config).json()
-    assert answer["error"]["code"] == -32004
-    assert not Todo.objects.exists() and received == []
+    assert answer["error"]["code"] == -32602 and "config.url" in json.dumps(answer["error"])
+    rest = requests.post(
+        f"{mcp_base}/a2a/jobs/tasks/{todo.id}/pushNotificationConfigs", json=config, headers=headers, timeout=30
+    )
+    assert rest.status_code == 400
+    queue.cancel(todo.id, operator="ops", reason="done with it")
+    assert not A2APushConfig.objects.exists() and received == []
+    assert not Todo.objects.filter(queue=NOTIFY_QUEUE).exists()
+
+
+def test_an_agent_cannot_read_add_or_delete_push_configs_of_another_agents_task(mcp_base, agent, make_agent, listener):
+    url, received = listener
+    victim = a2a_tasks.send_message(
+        agent, {"message": a2a_message("mine"), "configuration": {"taskPushNotificationConfig": {"url": url}}}, "jobs"
+    )
+    # Mallory sees the queue (same scopes) but the task is not hers; an in-scope todo made over REST is no
+    # A2A task of anyone's either.
+    mallory = make_agent("mallory", claim=["jobs"], create=["jobs"])
+    plain, _ = queue.create(queue="jobs", title="rest", agent=agent)
+    steal = {"taskId": victim.id, "url": url, "id": "mine", "token": "stolen"}
+    for task_id in (victim.id, plain.id):
+        for method, params in (
+            ("CreateTaskPushNotificationConfig", {**steal, "taskId": task_id}),
+            ("GetTaskPushNotificationConfig", {"taskId": task_id, "id": victim.id}),
+            ("ListTaskPushNotificationConfigs", {"taskId": task_id}),
+            ("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": victim.id}),
+        ):
+            answer = a2a(mcp_base, mallory.token, method, params).json()
+            assert answer["error"]["code"] == -32001, (method, answer)
+        rest = requests.get(
+            f"{mcp_base}/a2a/jobs/tasks/{task_id}/pushNotificationConfigs",
+            headers={"Authorization": f"Bearer {mallory.token}"},
+            timeout=30,
+        )
+        assert rest.status_code == 404
+    assert list(A2APushConfig.objects.values_list("todo_id", "config_id", "token")) == [(victim.id, victim.id, "")]
+    # Header injection through the token or the credentials is refused at input.
+    bad = {"taskId": victim.id, "url": url, "token": "a\r\nX-Evil: 1"}
+    assert a2a(mcp_base, agent.token, "CreateTaskPushNotificationConfig", bad).json()["error"]["code"] == -32602
+    bad = {"taskId": victim.id, "url": url, "authentication": {"scheme": "Bearer x", "credentials": "y"}}
+    assert a2a(mcp_base, agent.token, "CreateTaskPushNotificationConfig", bad).json()["error"]["code"] == -32602
+    assert received == []
 
 
 def test_the_agent_that_waits_cannot_answer_its_own_input_request_over_a2a(mcp_base, agent, make_agent):
