@@ -9,9 +9,11 @@ from django.db import transaction
 from todos import states
 from todos.errors import InvalidTransitionInput, TodoConflict, TodoNotFound
 from todos.limits import A2A_MAX_PUSH_CONFIGS, notify_max_attempts
+from todos.metrics import counted
 from todos.models import A2APushConfig, Agent, Todo, new_webhook_secret
 
 
+@counted("add_push_config")
 def add_push_config(
     todo_id: str,
     *,
@@ -55,6 +57,7 @@ def add_push_config(
     return config
 
 
+@counted("delete_push_config", lambda deleted: "ok" if deleted else "absent")
 def delete_push_config(todo_id: str, *, config_id: str) -> bool:
     """Remove a push config (the caller checks the task is its own); False if there was none. Deliveries
     already enqueued for it send nothing (the sender finds no config). The todo keeps its mark: the trigger
