@@ -261,14 +261,7 @@ async def stream(agent: Agent, message: dict[str, Any], receive: Any, send: Any)
     except Exception as exc:
         await refuse(_error(exc))
         return
-    gone = asyncio.Event()
-
-    async def watch_disconnect() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone.set()
-
-    watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+    gone, watcher = tools.watch_disconnect(receive)
     try:
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})

@@ -11,6 +11,7 @@ Schemas are written by hand and kept small: clients put the whole tool list into
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -114,6 +115,19 @@ def _todo_id(args: Args) -> str:
 
 def _one(todo: Todo) -> JSONObject:
     return {"todo": TodoSerializer(todo).data}
+
+
+def watch_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]]) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """For a response that streams (SSE): an Event set once the client disconnects, and the task that reads
+    ``receive`` until then (cancel it when the stream ends)."""
+    gone = asyncio.Event()
+
+    async def read_until_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    return gone, asyncio.get_running_loop().create_task(read_until_disconnect())
 
 
 async def in_thread(function: Callable[[], T]) -> T:
