@@ -36,7 +36,7 @@ def graveyard(make_todo):
 def test_list_shows_each_todos_last_error_shortened(admin_client, make_todo):
     long = "ValueError: " + "x" * 200
     todo = _dead(make_todo, long)
-    body = admin_client.get(reverse(CHANGELIST)).content.decode()
+    body = admin_client.page(reverse(CHANGELIST))
     assert 'class="field-last_error"' in body
     assert html.escape(long[:23]) + "…" in body  # cut in the cell, whole in the tooltip (to 120 characters)
     assert f'title="{html.escape(long[:120])}"' in body
@@ -66,7 +66,7 @@ def test_groups_are_shown_only_on_the_dead_letter_list(admin_client, graveyard):
 
 def test_a_groups_link_lists_exactly_that_group(admin_client, graveyard):
     [timeout, _] = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "queue": "github"}).context["error_groups"]
-    body = admin_client.get(timeout["list_url"]).content.decode()
+    body = admin_client.page(timeout["list_url"])
     for todo in graveyard["timeout"]:
         assert todo.id[:11] in body
     for todo in graveyard["keyerror"] + graveyard["other_queue"]:
@@ -107,7 +107,7 @@ def test_staff_who_may_only_view_see_groups_without_actions(client, django_user_
 
 
 def test_the_console_is_branded_switchboard(admin_client):
-    body = admin_client.get(reverse("admin:index")).content.decode()
+    body = admin_client.page(reverse("admin:index"))
     assert "<title>Operations | Switchboard</title>" in body
     assert "Django administration" not in body
     login = admin_client.get(reverse("admin:login") + "?next=/admin/")

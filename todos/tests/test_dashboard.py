@@ -40,7 +40,7 @@ def test_dashboard_json_counts_per_queue(admin_client, make_todo, django_assert_
 
 def test_dashboard_page_renders_counts_chart_and_refreshes(admin_client, make_todo):
     _seed(make_todo)
-    body = admin_client.get(reverse("admin-dashboard")).content.decode()
+    body = admin_client.page(reverse("admin-dashboard"))
     assert '<meta http-equiv="refresh" content="10">' in body
     assert '<svg class="sb-chart"' in body and 'class="sb-done"' in body
     assert "?queue=beta&amp;dead=yes" in body  # the dead-letters link straight to triage

@@ -162,5 +162,5 @@ def test_the_dashboard_sums_the_last_hours_usage_per_queue_and_per_agent(admin_c
         "queue": {"metered": {"cost_usd": 0.75, "tokens": 20.0}},
         "agent": {"alice": {"cost_usd": 0.75, "tokens": 20.0}},
     }
-    page = admin_client.get(reverse("admin-dashboard")).content.decode()
+    page = admin_client.page(reverse("admin-dashboard"))
     assert "queue metered: cost_usd 0.75, tokens 20" in page, page[page.find("sb-orphans") :][:800]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.urls import reverse
 
@@ -233,5 +234,5 @@ def test_the_admins_cascade_and_budget_actions(admin_client, agent):
     assert messages == ["1 cancelled with their unfinished descendants."]
     reason = Todo.objects.get(pk=child.id).errors[-1]["reason"]
     assert reason == f"ancestor {root.id} cancelled by admin"
-    page = admin_client.get(f"/admin/todos/todo/{root.id}/change/").content.decode()
+    page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(root.id)]))
     assert "usage and budget" in page.lower() and "cost_usd" in page
