@@ -42,7 +42,7 @@ WORK = "lp.work"
 WAKE = "lp.wake"
 
 
-def _hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop: Any) -> None:
+def hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop: Any) -> None:
     """A child process: n connections, each long-polling the empty queue again as soon as answered."""
 
     async def one(i: int) -> None:
@@ -188,7 +188,7 @@ def main() -> None:
             ready = mp.Value("i", 0)
             answered = mp.Value("i", 0)
             stop = mp.Event()
-            holder = mp.Process(target=_hold_waiters, args=(base, token, n, ready, answered, stop), daemon=True)
+            holder = mp.Process(target=hold_waiters, args=(base, token, n, ready, answered, stop), daemon=True)
             holder.start()
             deadline = time.monotonic() + 120
             while ready.value < n:
