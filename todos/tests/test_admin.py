@@ -191,7 +191,7 @@ def test_detail_opens_for_an_id_that_looks_like_an_admin_escape(admin_client, ma
     Todo.objects.filter(pk=sibling.pk).update(event=event)
     # A raw link is the admin's "doesn't exist" redirect to its index: the 302 and empty page of the flaky
     # admin tests, found in issue 32's suite runs (test_api_progress, test_people_pages built raw links).
-    raw = admin_client.get(f"/admin/todos/todo/{tricky}/change/")
+    raw = admin_client.get(f"/admin/todos/todo/{tricky}/change/")  # raw on purpose
     assert (raw.status_code, raw["Location"]) == (302, reverse("admin:index"))
     assert "escaped" in admin_client.page(reverse("admin:todos_todo_change", args=[quote(tricky)]))
     sibling_page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(sibling.pk)]))
