@@ -30,11 +30,13 @@ What runs:
     --abandon-every'th todo is abandoned the first time it is claimed (a worker "crashes"): its
     lease lapses after 5 s and a reaper or another claim hands it out again.
 Printed: the drain rate, p50/p99 of the drain's claims, and, sampled each second of the drain, the most
-PostgreSQL connections to the database (pg_stat_activity, by application_name: web-N, web-N-listen,
-reaper-N, bench) and PgBouncer's client and server connections (SHOW POOLS).
+PostgreSQL connections to the database (pg_stat_activity, by application_name: web-N for the web
+processes' statements, switchboard-listener for their LISTEN connections, reaper-N, and "(unnamed)" for
+this script's own) and PgBouncer's client and server connections (SHOW POOLS).
 Checks (exit status 1 if any fails): every todo is done; each got exactly one 200 from complete;
 no response was a 5xx; the abandoned todos were re-delivered (attempt 2, a "lease expired" error); the
-long-polls all connected and were still held when the drain ended.
+long-polls all connected, none was answered with anything but 200, and all were still held when the
+drain ended.
 The last line printed is a JSON summary (tests/test_scale_out.py reads it).
 """
 
@@ -257,9 +259,14 @@ class LongPolls:
         holders = bases if per_machine else []  # none: nothing to start, hold or stop
         self.ready = [mp.Value("i", 0) for _ in holders]
         self.answered = [mp.Value("i", 0) for _ in holders]
+        self.failed = mp.Value("i", 0)  # long-polls answered with anything but 200
         self.halt = mp.Event()
         self.procs = [
-            mp.Process(target=hold_waiters, args=(base, token, per_machine, ready, answered, self.halt), daemon=True)
+            mp.Process(
+                target=hold_waiters,
+                args=(base, token, per_machine, ready, answered, self.halt, self.failed),
+                daemon=True,
+            )
             for base, ready, answered in zip(holders, self.ready, self.answered, strict=True)
         ]
 
@@ -401,6 +408,8 @@ def measure(
     finally:
         sampler.stop()
         polls.stop()
+    if polls.failed.value:
+        failures.append(f"{polls.failed.value} long-polls were answered with something other than 200")
     if held != args.longpolls * len(bases):
         failures.append(f"{held} of {args.longpolls * len(bases)} long-polls still held when the drain ended")
     if sampler.error:
@@ -441,6 +450,8 @@ def measure(
         "pool_size": args.pool_size if bouncer is not None else None,
         "longpolls_per_machine": args.longpolls,
         "longpolls_held": held,
+        "longpolls_answered": sum(a.value for a in polls.answered),
+        "longpolls_not_200": polls.failed.value,
         "claim_p50_ms": round(_percentile(tally.claim_seconds, 0.50) * 1000, 1),
         "claim_p99_ms": round(_percentile(tally.claim_seconds, 0.99) * 1000, 1),
         "pg_connections_max": sampler.most_total,
