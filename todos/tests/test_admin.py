@@ -72,7 +72,7 @@ def test_changelist_renders_each_filter_in_few_queries(
 def test_changelist_dead_filter_lists_only_dead_letters_and_marks_them(admin_client, make_todo, dead):
     alive = make_todo("github", title="alive")
     waiting = make_todo("github", title="waiting", **WAITING)
-    response = admin_client.get(reverse(CHANGELIST) + "?dead=yes")
+    response = admin_client.ok(reverse(CHANGELIST) + "?dead=yes")
     body = response.content.decode()
     assert all(t.id in body for t in dead)
     assert alive.id not in body and waiting.id not in body
@@ -103,7 +103,7 @@ def test_changelist_state_filters_select_exactly(admin_client, make_todo, query,
         "lapsed": make_todo("q", state=TodoState.CLAIMED, attempt=1, lease_expires_at=Now() - timedelta(seconds=5)),
         "done": make_todo("q", state=TodoState.DONE),
     }
-    response = admin_client.get(reverse(CHANGELIST) + f"?{query}")
+    response = admin_client.ok(reverse(CHANGELIST) + f"?{query}")
     shown = {t.pk for t in response.context["cl"].result_list}
     assert shown == {todos[name].pk for name in expected}
 
@@ -191,7 +191,7 @@ def test_detail_opens_for_an_id_that_looks_like_an_admin_escape(admin_client, ma
     Todo.objects.filter(pk=sibling.pk).update(event=event)
     # A raw link is the admin's "doesn't exist" redirect to its index: the 302 and empty page of the flaky
     # admin tests, found in issue 32's suite runs (test_api_progress, test_people_pages built raw links).
-    raw = admin_client.get(f"/admin/todos/todo/{tricky}/change/")
+    raw = admin_client.get(f"/admin/todos/todo/{tricky}/change/")  # raw on purpose
     assert (raw.status_code, raw["Location"]) == (302, reverse("admin:index"))
     assert "escaped" in admin_client.page(reverse("admin:todos_todo_change", args=[quote(tricky)]))
     sibling_page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(sibling.pk)]))
@@ -374,7 +374,7 @@ def test_bulk_counts_skips_by_reason(admin_client, make_todo, dead):
 
 
 def test_bulk_is_offered_only_on_a_filtered_list(admin_client, dead):
-    assert b'id="sb-bulk"' not in admin_client.get(reverse(CHANGELIST)).content
+    assert b'id="sb-bulk"' not in admin_client.ok(reverse(CHANGELIST)).content
     body = admin_client.page(reverse(CHANGELIST) + "?dead=yes")
     assert 'id="sb-bulk"' in body
     assert reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes" in body

@@ -123,6 +123,6 @@ def test_the_dashboard_shows_paused_queues_and_cancelled_counts(admin_client, ma
     controls.pause("jobs")
     body = admin_client.page(reverse("admin-dashboard"))
     assert 'sb-state-paused">paused' in body
-    data = admin_client.get(reverse("admin-dashboard-json")).json()
+    data = admin_client.ok(reverse("admin-dashboard-json")).json()
     [row] = data["queues"]
     assert (row["paused"], row["cancelled"], row["pending"]) == (True, 1, 1)

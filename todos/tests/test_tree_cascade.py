@@ -197,7 +197,7 @@ def test_the_dashboard_counts_orphans(admin_client, agent):
     other = _held(agent, children="cancel")
     _child(agent, other)
     queue.cancel(other.id, operator="ops")  # its child is cancelled with it: no orphan
-    body = admin_client.get(reverse("admin-dashboard-json")).json()
+    body = admin_client.ok(reverse("admin-dashboard-json")).json()
     assert body["orphans"] == 1
     assert Todo.objects.get(pk=kept.id).state == TodoState.PENDING
 
