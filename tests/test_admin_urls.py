@@ -23,7 +23,13 @@ ON_PURPOSE = "# raw on purpose"
 
 
 def _sources() -> list[Path]:
-    return [p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py")) if "migrations" not in p.parts]
+    # bench/out holds extracted old trees (git-ignored), node_modules and .venv others' code: not ours.
+    return [
+        p
+        for folder in FOLDERS
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if not {"migrations", "out", "node_modules", ".venv"} & set(p.relative_to(ROOT).parts)
+    ]
 
 
 def _is_quote(node: ast.expr) -> bool:
