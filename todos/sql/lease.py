@@ -4,7 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
-from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET
+from todos.sql.trees import BUDGET_OPEN, LOCKED_ROOT, ROLLED_UP, ROOT_FIRST, USAGE_SET
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -52,10 +52,12 @@ def _with_usage(statement: str, after: str) -> str:
 
 
 # heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
-# and, in this statement, rolls it up to its root's (ROLLED_UP). A heartbeat without usage runs HEARTBEAT,
-# unchanged.
+# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (LOCKED_ROOT: a
+# tree's lock order, ancestors first). A heartbeat without usage runs HEARTBEAT, unchanged.
 HEARTBEAT_USAGE = (
     _with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),")
+    .replace("WITH revival AS", f"WITH {LOCKED_ROOT}revival AS", 1)
+    .replace(f"WHERE {_HOLDS_RECEIPT} AND", f"WHERE {_HOLDS_RECEIPT} AND {ROOT_FIRST} AND", 1)
     .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
     .rstrip()
     + f"""
@@ -84,8 +86,15 @@ RETURNING {_TODO_COLUMNS}
 """
 COMPLETE = _finishing(_COMPLETE)
 # complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
-# (ROLLED_UP), in the same statement. A complete without usage runs COMPLETE, unchanged.
-COMPLETE_USAGE = _finishing(_with_usage(_COMPLETE, "    next_retry_at = NULL"), after=ROLLED_UP)
+# (ROLLED_UP), in the same statement, the root locked first (LOCKED_ROOT). A complete without usage runs
+# COMPLETE, unchanged.
+COMPLETE_USAGE = _finishing(
+    _with_usage(_COMPLETE, "    next_retry_at = NULL").replace(
+        f"WHERE {_HOLDS_RECEIPT} AND", f"WHERE {_HOLDS_RECEIPT} AND {ROOT_FIRST} AND", 1
+    ),
+    before=LOCKED_ROOT,
+    after=ROLLED_UP,
+)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
 COMPLETE_MANY = _finishing(

@@ -17,15 +17,6 @@ CASCADE = """
 SELECT todos_cascade(%(ids)s::text[], %(by)s::text, %(why)s::text, %(visible)s::text[], %(bound)s::integer)
 """
 
-# Which of %(ids)s a cancel may take now (CANCELLABLE, in the caller's queues): a cascade cancels their
-# descendants first, then CANCEL takes them, so that it locks a tree's rows in the order a child's report
-# with usage does (the child, then its root) and never waits crosswise with one. No lock: a todo that finishes
-# meanwhile is refused by CANCEL's own guard (its descendants, cancelled by then, stay cancelled).
-CANCELLABLE_IDS = f"""
-SELECT t.id FROM todos_todo t
-WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
-"""
-
 # Cascades left over (reap_once): the ancestors marked by a cascade that took a whole bound, from the partial
 # index todo_cascade_pending (a handful of rows at most). No lock: two reapers resuming the same cascade
 # cancel disjoint rows (each row's guard is re-checked under its lock) or none.
@@ -75,9 +66,25 @@ USAGE_SET = f"""
     budget_exhausted = CASE WHEN root_id IS NULL AND budget IS NOT NULL AND %(usage)s::jsonb IS NOT NULL
         THEN {exhausted(_ADD.format("tree_usage"), "budget")} ELSE budget_exhausted END"""
 
+# Lock order in a tree: ancestors first, everywhere. A finish with children: "cancel" locks the todo, then
+# (its trigger's cascade) what is below it; queue.cancel(cascade=True) cancels the todos, then their
+# descendants; a create under a parent locks the root, then the parent (todos/sql/create.py, SPAWN). A
+# report with usage (heartbeat or complete of %(id)s) therefore locks its root first: LOCKED_ROOT, a CTE
+# before the report's UPDATE, which waits for it through ROOT_FIRST in its WHERE (an InitPlan, run as the
+# scan tests the todo's row, before the UPDATE locks that row). Nothing runs without usage, or for a root
+# (root_id NULL: no row). A child that reported while holding its row and then waited for its root, while
+# the root's finish held the root and waited for the child, was a deadlock (one of the two aborted).
+LOCKED_ROOT = """locked_root AS MATERIALIZED (
+    SELECT r.id FROM todos_todo r
+    WHERE %(usage)s::jsonb IS NOT NULL AND r.id = (SELECT c.root_id FROM todos_todo c WHERE c.id = %(id)s)
+    FOR NO KEY UPDATE
+),
+"""
+ROOT_FIRST = "(SELECT count(*) FROM locked_root) >= 0"
+
 # The CTE that rolls a child's reported usage up to its root, in the same statement (after ``changed``, the
-# child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the child
-# (its UPDATE), then its root; the UPDATE re-reads the root's latest version after waiting, so concurrent
+# child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the root
+# (LOCKED_ROOT), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
 # reports of one tree add up exactly. Nothing runs without usage (a one-time filter) or for a root.
 ROLLED_UP = f"""rolled AS (
     UPDATE todos_todo r SET
@@ -144,13 +151,14 @@ ORDER BY 1, 2, 3
 
 __all__ = [
     "BUDGET_OPEN",
-    "CANCELLABLE_IDS",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
+    "LOCKED_ROOT",
     "ORPHANS",
     "RECENT_USAGE",
     "ROLLED_UP",
+    "ROOT_FIRST",
     "SET_BUDGET",
     "TREE_BLOCKED",
     "USAGE_SET",
