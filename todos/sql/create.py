@@ -70,11 +70,14 @@ _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 #   is then 'stale', nothing is written, and the caller runs the statement again after LOCK_ROOT (a fresh
 #   snapshot, taken with the root already locked). Without a max_children cap nothing is ever stale.
 # A root gone (retention purged it, finished, while its tree lived on) leaves only MAX_TREE_DEPTH to apply.
+# A child of a root with a budget (read from root_row: its latest version, which set_budget cannot change
+# before this create commits) is marked budget_exhausted false: the claim's budget predicate probes its root
+# (todos/sql/trees.py, BUDGET_OPEN); any other child keeps NULL, and its claim reads no root.
 # Answers (cap, value, the todo's columns): one row per todo inserted with cap NULL; or one row with the
 # cap refused ('max_depth', 'max_children', 'max_descendants', or 'stale') and its value, and NULL columns
 # (also when every item's key was held: then the caller reads the holders).
 _SPAWN_VERDICT = f"""root_row AS MATERIALIZED (
-    SELECT r.id, COALESCE(r.descendants, 0) AS descendants, r.queue, r.spawn_caps FROM todos_todo r
+    SELECT r.id, COALESCE(r.descendants, 0) AS descendants, r.queue, r.spawn_caps, r.budget FROM todos_todo r
     WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s)
     FOR NO KEY UPDATE
 ),
@@ -84,7 +87,7 @@ held AS MATERIALIZED (
     FOR NO KEY UPDATE
 ),
 caps AS MATERIALIZED (
-    SELECT h.*, rr.descendants,
+    SELECT h.*, rr.descendants, CASE WHEN rr.budget IS NOT NULL THEN false END AS budgeted,
         rr.descendants IS DISTINCT FROM (SELECT COALESCE(s.descendants, 0) FROM todos_todo s WHERE s.id = rr.id)
             AS stale,
         LEAST(q.max_depth, (rr.spawn_caps->>'max_depth')::integer) AS max_depth,
@@ -93,7 +96,7 @@ caps AS MATERIALIZED (
     FROM held h LEFT JOIN root_row rr ON rr.id = h.root_id LEFT JOIN todos_queue q ON q.name = rr.queue
 ),
 verdict AS MATERIALIZED (
-    SELECT c.parent_id, c.root_id, c.depth, CASE
+    SELECT c.parent_id, c.root_id, c.depth, c.budgeted, CASE
         WHEN c.depth > %(max_tree_depth)s::int THEN 'max_depth'
         WHEN c.max_depth IS NOT NULL AND c.depth > c.max_depth THEN 'max_depth'
         WHEN c.max_children IS NOT NULL AND c.stale THEN 'stale'
@@ -132,6 +135,7 @@ FOR NO KEY UPDATE
 
 def _create_many(returning: str, answer: str, *, spawn: bool = False) -> str:
     lineage = "v.parent_id, v.root_id, v.depth" if spawn else "i.parent_id, i.root_id, i.depth"
+    budgeted_column, budgeted = (", budget_exhausted", ", v.budgeted") if spawn else ("", "")
     items = f"""ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
     WITH ORDINALITY AS i({_ITEM_NAMES}, ord)"""
     if spawn:  # the verdict: one row, whose cap is NULL when every cap passed (SPAWN below)
@@ -141,7 +145,7 @@ WITH {_SPAWN_VERDICT if spawn else ""}inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
     depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for, traceparent, fair_key,
-    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at, children, budget)
+    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at, children, budget{budgeted_column})
 SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.title, ''),
     COALESCE(i.payload::jsonb, '{{}}'::jsonb), i.event_id, i.idempotency_key, i.assignee,
     CASE WHEN i.depends_on IS NOT NULL THEN '{S.TodoState.WAITING}'
@@ -151,7 +155,7 @@ SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.t
     COALESCE(i.on_dependency_failure, %(on_dependency_failure)s),
     COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, ''),
     {lineage}, i.spawn_caps::jsonb, i.callback::jsonb, i.limits,
-    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after)), i.children, i.budget::jsonb
+    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after)), i.children, i.budget::jsonb{budgeted}
 FROM {items}
 ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING

@@ -50,10 +50,14 @@ def exhausted(usage: str, budget: str) -> str:
 _ADD = f"todos_usage_add({{}}, %(usage)s::jsonb, {limits.MAX_USAGE_COUNTERS})"
 
 # The budget predicate of every claim branch (todos/sql/claim.py) and of explain: the todo (alias t) is not in a
-# tree whose budget is spent. A todo outside any tree (root_id NULL, budget_exhausted NULL: every todo created
-# without a parent) costs two column tests and no read; a child probes its root by primary key.
-BUDGET_OPEN = """(t.budget_exhausted IS NOT TRUE
-    AND (t.root_id IS NULL OR NOT EXISTS (SELECT FROM todos_todo b WHERE b.id = t.root_id AND b.budget_exhausted)))"""
+# tree whose budget is spent. A root reads its own flag. A child's budget_exhausted is a marker, never true:
+# false when its tree's root has a budget (set by the create, sql.SPAWN, or by set_budget, MARK_BUDGETED), NULL
+# otherwise. So a todo outside any tree, and a child of a tree without a budget, cost two column tests and no
+# read; a child of a budgeted tree probes its root by primary key, once per row the claim tests. A scalar
+# subquery, not EXISTS: the planner turned NOT EXISTS into a hashed SubPlan that read every row of todos_todo
+# with budget_exhausted set (a sequential scan of the table) on each claim that met a tree's todo.
+BUDGET_OPEN = """(t.budget_exhausted IS NOT TRUE AND (t.root_id IS NULL OR t.budget_exhausted IS NULL
+    OR (SELECT b.budget_exhausted FROM todos_todo b WHERE b.id = t.root_id) IS NOT TRUE))"""
 
 # Part of the SET list of a receipt holder's heartbeat or complete (todos/sql/lease.py), no alias: adds
 # %(usage)s (NULL: none reported) to the todo's usage and, for a root, to its tree_usage, deciding
@@ -120,6 +124,20 @@ notified AS MATERIALIZED (
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
+# set_budget, after SET_BUDGET in its transaction (a new statement: its snapshot sees every child created before
+# SET_BUDGET locked the root; a create after it reads the budget from the root it locks, sql.SPAWN): the
+# tree's rows not marked yet -> budget_exhausted false, so the claim's budget predicate probes their root
+# (BUDGET_OPEN). Only a tree whose root had no budget has any. Finished rows too (an operator may retry a
+# dead-letter). Index: todo_tree (root_id, depth, id). Locks: the rows marked, in depth order (ancestors first,
+# a tree's lock order: a finishing parent with children: "cancel" then locks below it, never above).
+MARK_BUDGETED = """
+UPDATE todos_todo t SET budget_exhausted = false
+WHERE t.id IN (SELECT c.id FROM todos_todo c WHERE c.root_id = %(id)s AND c.budget_exhausted IS NULL
+               ORDER BY c.depth, c.id FOR NO KEY UPDATE)
+  AND t.budget_exhausted IS NULL
+RETURNING t.id
+"""
+
 # --- Orphans (the dashboard) ------------------------------------------------------------------------------
 
 # Children whose parent finished unsuccessfully (cancelled, a dead-letter) while they are unfinished: what a
@@ -155,6 +173,7 @@ __all__ = [
     "CASCADES_LEFT",
     "LATE_RESULT",
     "LOCKED_ROOT",
+    "MARK_BUDGETED",
     "ORPHANS",
     "RECENT_USAGE",
     "ROLLED_UP",
