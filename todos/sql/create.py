@@ -87,9 +87,7 @@ held AS MATERIALIZED (
     FOR NO KEY UPDATE
 ),
 caps AS MATERIALIZED (
-    SELECT h.*, rr.descendants, CASE WHEN rr.budget IS NOT NULL THEN false END AS budgeted,
-        rr.descendants IS DISTINCT FROM (SELECT COALESCE(s.descendants, 0) FROM todos_todo s WHERE s.id = rr.id)
-            AS stale,
+    SELECT h.*, rr.id AS root_found, rr.descendants, CASE WHEN rr.budget IS NOT NULL THEN false END AS budgeted,
         LEAST(q.max_depth, (rr.spawn_caps->>'max_depth')::integer) AS max_depth,
         LEAST(q.max_children, (rr.spawn_caps->>'max_children')::integer) AS max_children,
         LEAST(q.max_descendants, (rr.spawn_caps->>'max_descendants')::integer) AS max_descendants
@@ -99,7 +97,9 @@ verdict AS MATERIALIZED (
     SELECT c.parent_id, c.root_id, c.depth, c.budgeted, CASE
         WHEN c.depth > %(max_tree_depth)s::int THEN 'max_depth'
         WHEN c.max_depth IS NOT NULL AND c.depth > c.max_depth THEN 'max_depth'
-        WHEN c.max_children IS NOT NULL AND c.stale THEN 'stale'
+        WHEN c.max_children IS NOT NULL AND c.descendants
+            IS DISTINCT FROM (SELECT COALESCE(s.descendants, 0) FROM todos_todo s WHERE s.id = c.root_found)
+            THEN 'stale'
         WHEN c.max_children IS NOT NULL AND %(n)s::int + (
             SELECT count(*) FROM (SELECT FROM todos_todo k WHERE k.parent_id = c.parent_id
                                   AND NOT ({S.FINISHED.sql("k")}) LIMIT c.max_children) live
