@@ -470,7 +470,10 @@ def _create_many(
                 lineage.lock_root(spawning)
             if new_queues:
                 admit_new_queues(new_queues, items, batch)
-            outcomes = _insert(reading, rows, spawning)
+            try:
+                outcomes = _insert(reading, rows, spawning)
+            except lineage.Stale:  # never with the root locked first; refused rather than left unhandled
+                raise TodoConflict("The tree is changing too fast; try again.", state="unknown") from None
             if any(wanted):
                 outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
             return outcomes
