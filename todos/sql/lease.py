@@ -4,7 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
-from todos.sql.trees import BUDGET_OPEN, LOCKED_ROOT, ROLLED_UP, ROOT_FIRST, USAGE_SET
+from todos.sql.trees import ANCESTORS_FIRST, BUDGET_OPEN, ROLLED_UP, USAGE_SET, locked_ancestors
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -43,6 +43,16 @@ RETURNING {_TODO_COLUMNS}
 """
 
 
+_REPORTED = "%(usage)s::jsonb IS NOT NULL"
+
+
+def _ancestors_first(statement: str) -> str:
+    """``statement`` (an UPDATE under the receipt) waiting for locked_ancestors before it locks the todo."""
+    where = f"WHERE {_HOLDS_RECEIPT} AND"
+    assert statement.count(where) == 1, statement
+    return statement.replace(where, f"{where} {ANCESTORS_FIRST} AND", 1)
+
+
 def _with_usage(statement: str, after: str) -> str:
     """``statement`` with USAGE_SET in its SET list, right after ``after`` (its last item, or an item with its
     comma): issue 30's usage, added to the todo's under the receipt."""
@@ -52,12 +62,11 @@ def _with_usage(statement: str, after: str) -> str:
 
 
 # heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
-# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (LOCKED_ROOT: a
-# tree's lock order, ancestors first). A heartbeat without usage runs HEARTBEAT, unchanged.
+# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (locked_ancestors:
+# a tree's lock order, ancestors first). A heartbeat without usage runs HEARTBEAT, unchanged.
 HEARTBEAT_USAGE = (
-    _with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),")
-    .replace("WITH revival AS", f"WITH {LOCKED_ROOT}revival AS", 1)
-    .replace(f"WHERE {_HOLDS_RECEIPT} AND", f"WHERE {_HOLDS_RECEIPT} AND {ROOT_FIRST} AND", 1)
+    _ancestors_first(_with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),"))
+    .replace("WITH revival AS", f"WITH {locked_ancestors(_REPORTED)}revival AS", 1)
     .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
     .rstrip()
     + f"""
@@ -84,15 +93,18 @@ UPDATE todos_todo SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """
-COMPLETE = _finishing(_COMPLETE)
+# Waiting for the tree's root and the todo's parent first when others wait for it (locked_ancestors: the settle
+# of a fan-in locks its waiting parent after the todo); a todo outside any tree, or that nobody waits for, locks
+# nothing more (one more primary-key read of its row).
+COMPLETE = _finishing(
+    _ancestors_first(_COMPLETE), before=locked_ancestors("c.has_dependents", parent_when="c.has_dependents")
+)
 # complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
-# (ROLLED_UP), in the same statement, the root locked first (LOCKED_ROOT). A complete without usage runs
-# COMPLETE, unchanged.
+# (ROLLED_UP), in the same statement, the root (and the parent, when others wait for it) locked first
+# (locked_ancestors). A complete without usage runs COMPLETE.
 COMPLETE_USAGE = _finishing(
-    _with_usage(_COMPLETE, "    next_retry_at = NULL").replace(
-        f"WHERE {_HOLDS_RECEIPT} AND", f"WHERE {_HOLDS_RECEIPT} AND {ROOT_FIRST} AND", 1
-    ),
-    before=LOCKED_ROOT,
+    _ancestors_first(_with_usage(_COMPLETE, "    next_retry_at = NULL")),
+    before=locked_ancestors(f"{_REPORTED} OR c.has_dependents", parent_when="c.has_dependents"),
     after=ROLLED_UP,
 )
 

@@ -70,25 +70,42 @@ USAGE_SET = f"""
     budget_exhausted = CASE WHEN root_id IS NULL AND budget IS NOT NULL AND %(usage)s::jsonb IS NOT NULL
         THEN {exhausted(_ADD.format("tree_usage"), "budget")} ELSE budget_exhausted END"""
 
+
 # Lock order in a tree: ancestors first, everywhere. A finish with children: "cancel" locks the todo, then
 # (its trigger's cascade) what is below it; queue.cancel(cascade=True) cancels the todos, then their
-# descendants; a create under a parent locks the root, then the parent (todos/sql/create.py, SPAWN). A
-# report with usage (heartbeat or complete of %(id)s) therefore locks its root first: LOCKED_ROOT, a CTE
-# before the report's UPDATE, which waits for it through ROOT_FIRST in its WHERE (an InitPlan, run as the
-# scan tests the todo's row, before the UPDATE locks that row). Nothing runs without usage, or for a root
-# (root_id NULL: no row). A child that reported while holding its row and then waited for its root, while
-# the root's finish held the root and waited for the child, was a deadlock (one of the two aborted).
-LOCKED_ROOT = """locked_root AS MATERIALIZED (
-    SELECT r.id FROM todos_todo r
-    WHERE %(usage)s::jsonb IS NOT NULL AND r.id = (SELECT c.root_id FROM todos_todo c WHERE c.id = %(id)s)
-    FOR NO KEY UPDATE
+# descendants; a create under a parent locks the root, then the parent (todos/sql/create.py, SPAWN). So a
+# statement that finishes or reports on a todo of a tree and will then lock one of its ancestors locks them
+# first: locked_ancestors(), a CTE before the statement's UPDATE, which waits for it through ANCESTORS_FIRST in
+# its WHERE (an InitPlan, run as the scan tests the todo's row, before the UPDATE locks that row). Index: the
+# primary key (the todo's row read for its root_id, parent_id and has_dependents, then its ancestors); the root
+# (depth NULL) is locked before the parent. Two reasons to lock them:
+# - a report with usage rolls it up to the root (ROLLED_UP): the root. A child that reported while holding its
+#   row and then waited for its root, while the root's finish with children: "cancel" held the root and waited
+#   for the child, was a deadlock (one of the two aborted).
+# - a complete of a todo others wait for (has_dependents: a fan-in, a parent waiting for its children) settles
+#   them (_SETTLED), the parent among them: the root and the parent, so that it never holds the child while
+#   waiting for a parent that a cascading cancel holds while waiting for the child.
+# A todo outside any tree (root_id NULL), a report without usage, a complete nobody waits for: nothing locked.
+# Deeper ancestors waiting for a grandchild, and a dependent outside the todo's ancestors (a sibling), are not
+# ordered by this (a cascade locks a tree's rows in its walk's order).
+def locked_ancestors(when: str, parent_when: str = "false") -> str:
+    """The CTE locked_ancestors: the root of %(id)s when ``when`` holds (SQL, alias c for the todo's row),
+    and its parent too when ``parent_when`` does."""
+    return f"""locked_ancestors AS MATERIALIZED (
+    SELECT a.id FROM todos_todo c
+    JOIN todos_todo a ON a.id = ANY(ARRAY[c.root_id, CASE WHEN {parent_when} THEN c.parent_id END])
+    WHERE c.id = %(id)s AND c.root_id IS NOT NULL AND ({when})
+    ORDER BY a.depth NULLS FIRST, a.id
+    FOR NO KEY UPDATE OF a
 ),
 """
-ROOT_FIRST = "(SELECT count(*) FROM locked_root) >= 0"
+
+
+ANCESTORS_FIRST = "(SELECT count(*) FROM locked_ancestors) >= 0"
 
 # The CTE that rolls a child's reported usage up to its root, in the same statement (after ``changed``, the
 # child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the root
-# (LOCKED_ROOT), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
+# (locked_ancestors), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
 # reports of one tree add up exactly. Nothing runs without usage (a one-time filter) or for a root.
 ROLLED_UP = f"""rolled AS (
     UPDATE todos_todo r SET
@@ -168,18 +185,18 @@ ORDER BY 1, 2, 3
 """
 
 __all__ = [
+    "ANCESTORS_FIRST",
     "BUDGET_OPEN",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
-    "LOCKED_ROOT",
     "MARK_BUDGETED",
     "ORPHANS",
     "RECENT_USAGE",
     "ROLLED_UP",
-    "ROOT_FIRST",
     "SET_BUDGET",
     "TREE_BLOCKED",
     "USAGE_SET",
     "exhausted",
+    "locked_ancestors",
 ]

@@ -144,3 +144,35 @@ def test_a_cascading_cancel_races_usage_reports_without_a_deadlock(make_agent):
         fresh = Todo.objects.get(pk=top.id)
         assert int((fresh.tree_usage or {}).get("tokens", 0)) == sum(sent)
     assert _flushed(before) == before
+
+
+def test_a_cascading_cancel_races_the_completes_its_waiting_parent_waits_for_without_a_deadlock(make_agent):
+    # Fan-in: the root waits for its children (a holder's wait on todos); each child's complete settles that
+    # wait, locking the root after the child, while the cancel locks the root before its descendants.
+    agent = make_agent("spawner")
+    before = _deadlocks()
+    for _ in range(ROUNDS // 2):
+        top, children = _tree(agent)
+        queue.wait(
+            top.id,
+            agent=agent,
+            lease_id=str(top.lease_id),
+            wait_for={"todos": [c.id for c in children]},
+            timeout_seconds=600,
+        )
+
+        def finish(child: Todo) -> Callable[[], str]:
+            def run() -> str:
+                try:
+                    return queue.complete(child.id, agent=agent, lease_id=str(child.lease_id), result={}).state
+                except TodoConflict as refused:
+                    return refused.state
+
+            return run
+
+        def cancel(top: Todo = top) -> str:
+            return queue.cancel(top.id, operator="ops", cascade=True).state
+
+        *finished, cancelled = run_together([*(finish(c) for c in children), cancel])
+        assert cancelled == "cancelled" and set(finished) <= {"done", "cancelled"}
+    assert _flushed(before) == before
