@@ -130,8 +130,10 @@ RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
 # dead-letter (SPEC decision 4).
+# A dead-letter (at the cap) settles its dependents as a complete does: the same ancestors first.
+_DEAD_LETTERS = f"c.has_dependents AND NOT ({S.BELOW_CAP.sql('c')})"
 FAIL = _finishing(
-    f"""
+    _ancestors_first(f"""
 UPDATE todos_todo t SET
     state = 'failed',
     errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
@@ -146,8 +148,9 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
-""",
+"""),
     notify_when=S.RETRY_DUE.sql(),
+    before=locked_ancestors(_DEAD_LETTERS, parent_when=_DEAD_LETTERS),
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by

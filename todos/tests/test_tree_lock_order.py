@@ -176,3 +176,39 @@ def test_a_cascading_cancel_races_the_completes_its_waiting_parent_waits_for_wit
         *finished, cancelled = run_together([*(finish(c) for c in children), cancel])
         assert cancelled == "cancelled" and set(finished) <= {"done", "cancelled"}
     assert _flushed(before) == before
+
+
+def test_a_cascading_cancel_races_dead_letters_its_waiting_parent_waits_for_without_a_deadlock(make_agent):
+    # As above, each child failing at its cap (a dead-letter settles the wait as a complete does).
+    agent = make_agent("spawner")
+    before = _deadlocks()
+    for _ in range(ROUNDS // 2):
+        top = queue.claim(queue.create(queue="jobs")[0].id, agent=agent)
+        receipt = {"id": top.id, "lease_id": str(top.lease_id)}
+        children = [
+            queue.claim(queue.create(queue="jobs", agent=agent, parent=receipt, max_attempts=1)[0].id, agent=agent)
+            for _ in range(CHILDREN)
+        ]
+        queue.wait(
+            top.id,
+            agent=agent,
+            lease_id=str(top.lease_id),
+            wait_for={"todos": [c.id for c in children]},
+            timeout_seconds=600,
+        )
+
+        def fail(child: Todo) -> Callable[[], str]:
+            def run() -> str:
+                try:
+                    return queue.fail(child.id, agent=agent, lease_id=str(child.lease_id), error="boom").state
+                except TodoConflict as refused:
+                    return refused.state
+
+            return run
+
+        def cancel(top: Todo = top) -> str:
+            return queue.cancel(top.id, operator="ops", cascade=True).state
+
+        *failed, cancelled = run_together([*(fail(c) for c in children), cancel])
+        assert cancelled == "cancelled" and set(failed) <= {"failed", "cancelled"}
+    assert _flushed(before) == before
