@@ -4,7 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
-from todos.sql.trees import ANCESTORS_FIRST, BUDGET_OPEN, ROLLED_UP, USAGE_SET, locked_ancestors
+from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET, ancestors_first
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -46,11 +46,11 @@ RETURNING {_TODO_COLUMNS}
 _REPORTED = "%(usage)s::jsonb IS NOT NULL"
 
 
-def _ancestors_first(statement: str) -> str:
-    """``statement`` (an UPDATE under the receipt) waiting for locked_ancestors before it locks the todo."""
+def _ancestors_first(statement: str, when: str, parent_when: str = "false", row: str = "todos_todo") -> str:
+    """``statement`` (an UPDATE under the receipt) locking the todo's ancestors first (trees.ancestors_first)."""
     where = f"WHERE {_HOLDS_RECEIPT} AND"
     assert statement.count(where) == 1, statement
-    return statement.replace(where, f"{where} {ANCESTORS_FIRST} AND", 1)
+    return statement.replace(where, f"{where} {ancestors_first(row, when, parent_when)} AND", 1)
 
 
 def _with_usage(statement: str, after: str) -> str:
@@ -62,11 +62,10 @@ def _with_usage(statement: str, after: str) -> str:
 
 
 # heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
-# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (locked_ancestors:
+# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (ancestors_first:
 # a tree's lock order, ancestors first). A heartbeat without usage runs HEARTBEAT, unchanged.
 HEARTBEAT_USAGE = (
-    _ancestors_first(_with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),"))
-    .replace("WITH revival AS", f"WITH {locked_ancestors(_REPORTED)}revival AS", 1)
+    _ancestors_first(_with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),"), _REPORTED)
     .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
     .rstrip()
     + f"""
@@ -93,18 +92,16 @@ UPDATE todos_todo SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """
-# Waiting for the tree's root and the todo's parent first when others wait for it (locked_ancestors: the settle
-# of a fan-in locks its waiting parent after the todo); a todo outside any tree, or that nobody waits for, locks
-# nothing more (one more primary-key read of its row).
-COMPLETE = _finishing(
-    _ancestors_first(_COMPLETE), before=locked_ancestors("c.has_dependents", parent_when="c.has_dependents")
-)
+# Locking the tree's root and the todo's parent first when others wait for it (ancestors_first: the settle of a
+# fan-in locks its waiting parent after the todo); a todo outside any tree, or that nobody waits for, runs
+# nothing more (two column tests).
+_WAITED_FOR = "todos_todo.has_dependents"
+COMPLETE = _finishing(_ancestors_first(_COMPLETE, _WAITED_FOR, _WAITED_FOR))
 # complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
 # (ROLLED_UP), in the same statement, the root (and the parent, when others wait for it) locked first
-# (locked_ancestors). A complete without usage runs COMPLETE.
+# (ancestors_first). A complete without usage runs COMPLETE.
 COMPLETE_USAGE = _finishing(
-    _ancestors_first(_with_usage(_COMPLETE, "    next_retry_at = NULL")),
-    before=locked_ancestors(f"{_REPORTED} OR c.has_dependents", parent_when="c.has_dependents"),
+    _ancestors_first(_with_usage(_COMPLETE, "    next_retry_at = NULL"), f"{_REPORTED} OR {_WAITED_FOR}", _WAITED_FOR),
     after=ROLLED_UP,
 )
 
@@ -131,9 +128,10 @@ RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
 # dead-letter (SPEC decision 4).
 # A dead-letter (at the cap) settles its dependents as a complete does: the same ancestors first.
-_DEAD_LETTERS = f"c.has_dependents AND NOT ({S.BELOW_CAP.sql('c')})"
+_DEAD_LETTERS = f"t.has_dependents AND NOT ({S.BELOW_CAP.sql('t')})"
 FAIL = _finishing(
-    _ancestors_first(f"""
+    _ancestors_first(
+        f"""
 UPDATE todos_todo t SET
     state = 'failed',
     errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
@@ -148,9 +146,12 @@ UPDATE todos_todo t SET
     updated_at = now()
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
-"""),
+""",
+        _DEAD_LETTERS,
+        _DEAD_LETTERS,
+        row="t",
+    ),
     notify_when=S.RETRY_DUE.sql(),
-    before=locked_ancestors(_DEAD_LETTERS, parent_when=_DEAD_LETTERS),
 )
 
 # Owner and claimed_at are the last claim's ("last claimed by"): set by every claim and left alone by

@@ -75,37 +75,30 @@ USAGE_SET = f"""
 # (its trigger's cascade) what is below it; queue.cancel(cascade=True) cancels the todos, then their
 # descendants; a create under a parent locks the root, then the parent (todos/sql/create.py, SPAWN). So a
 # statement that finishes or reports on a todo of a tree and will then lock one of its ancestors locks them
-# first: locked_ancestors(), a CTE before the statement's UPDATE, which waits for it through ANCESTORS_FIRST in
-# its WHERE (an InitPlan, run as the scan tests the todo's row, before the UPDATE locks that row). Index: the
-# primary key (the todo's row read for its root_id, parent_id and has_dependents, then its ancestors); the root
-# (depth NULL) is locked before the parent. Two reasons to lock them:
+# first: ancestors_first(), a test in the WHERE of its UPDATE, run as the scan tests the todo's row (its
+# snapshot version), before the UPDATE locks that row. It locks the root (depth NULL) and then the parent, by
+# primary key. A todo outside any tree (root_id NULL), a report without usage, a complete nobody waits for:
+# the test's first terms settle it and nothing runs (the plain statements' cost). Two reasons to lock them:
 # - a report with usage rolls it up to the root (ROLLED_UP): the root. A child that reported while holding its
 #   row and then waited for its root, while the root's finish with children: "cancel" held the root and waited
 #   for the child, was a deadlock (one of the two aborted).
-# - a complete of a todo others wait for (has_dependents: a fan-in, a parent waiting for its children) settles
-#   them (_SETTLED), the parent among them: the root and the parent, so that it never holds the child while
-#   waiting for a parent that a cascading cancel holds while waiting for the child.
-# A todo outside any tree (root_id NULL), a report without usage, a complete nobody waits for: nothing locked.
-# Deeper ancestors waiting for a grandchild, and a dependent outside the todo's ancestors (a sibling), are not
-# ordered by this (a cascade locks a tree's rows in its walk's order).
-def locked_ancestors(when: str, parent_when: str = "false") -> str:
-    """The CTE locked_ancestors: the root of %(id)s when ``when`` holds (SQL, alias c for the todo's row),
-    and its parent too when ``parent_when`` does."""
-    return f"""locked_ancestors AS MATERIALIZED (
-    SELECT a.id FROM todos_todo c
-    JOIN todos_todo a ON a.id = ANY(ARRAY[c.root_id, CASE WHEN {parent_when} THEN c.parent_id END])
-    WHERE c.id = %(id)s AND c.root_id IS NOT NULL AND ({when})
-    ORDER BY a.depth NULLS FIRST, a.id
-    FOR NO KEY UPDATE OF a
-),
-"""
+# - a complete or a dead-letter of a todo others wait for (has_dependents: a fan-in, a parent waiting for its
+#   children) settles them (_SETTLED), the parent among them: the root and the parent, so that it never holds
+#   the child while waiting for a parent that a cascading cancel holds while waiting for the child.
+# Not ordered by this: deeper ancestors waiting for a grandchild, and a dependent outside the todo's ancestors
+# (a sibling), which a cascade locks in its walk's order.
+def ancestors_first(row: str, when: str, parent_when: str = "false") -> str:
+    """SQL for the WHERE of an UPDATE of todos_todo whose row is ``row`` (its alias, or todos_todo): true, having
+    locked the row's root when ``when`` holds (SQL on ``row``), and its parent too when ``parent_when`` does."""
+    return f"""({row}.root_id IS NULL OR NOT ({when}) OR (SELECT count(*) FROM (
+        SELECT FROM todos_todo a
+        WHERE a.id = ANY(ARRAY[{row}.root_id, CASE WHEN {parent_when} THEN {row}.parent_id END])
+        ORDER BY a.depth NULLS FIRST, a.id FOR NO KEY UPDATE OF a) ancestors) >= 0)"""
 
-
-ANCESTORS_FIRST = "(SELECT count(*) FROM locked_ancestors) >= 0"
 
 # The CTE that rolls a child's reported usage up to its root, in the same statement (after ``changed``, the
 # child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the root
-# (locked_ancestors), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
+# (ancestors_first), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
 # reports of one tree add up exactly. Nothing runs without usage (a one-time filter) or for a root.
 ROLLED_UP = f"""rolled AS (
     UPDATE todos_todo r SET
@@ -185,7 +178,6 @@ ORDER BY 1, 2, 3
 """
 
 __all__ = [
-    "ANCESTORS_FIRST",
     "BUDGET_OPEN",
     "CASCADE",
     "CASCADES_LEFT",
@@ -197,6 +189,6 @@ __all__ = [
     "SET_BUDGET",
     "TREE_BLOCKED",
     "USAGE_SET",
+    "ancestors_first",
     "exhausted",
-    "locked_ancestors",
 ]
