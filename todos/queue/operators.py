@@ -110,7 +110,7 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None,
         return cancelled
     with transaction.atomic():
         # The todos first, then their descendants: a tree's lock order, ancestors first (todos/sql/trees.py,
-        # LOCKED_ROOT), the order a finish with children: "cancel" and a child's usage report take too.
+        # ancestors_first), the order a finish with children: "cancel" and a child's usage report take too.
         cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
         for todo in sorted(cancelled, key=lambda t: t.id):
             todo.cascaded = trees.cascade(  # type: ignore[attr-defined]

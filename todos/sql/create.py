@@ -48,7 +48,7 @@ _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 # A create with a parent (issue 30; todos/queue/lineage.py), in ONE statement: the receipt, the spawn caps
 # and the insert, the caps decided in the statement that inserts, never read-then-write.
 #
-# Lock order: a tree's, ancestors first (todos/sql/trees.py, LOCKED_ROOT). root_row locks the tree's root
+# Lock order: a tree's, ancestors first (todos/sql/trees.py, ancestors_first). root_row locks the tree's root
 # (FOR NO KEY UPDATE; index: the primary key, the root's id read from the parent's row) before held locks the
 # parent (a WHERE that waits for root_row: an InitPlan run as the scan tests the parent's row, before
 # LockRows locks it). Every create in a tree takes its root's lock until it commits, so creates in one tree
