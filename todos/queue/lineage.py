@@ -35,7 +35,7 @@ def spawning(parent: Mapping[str, str], agent: Agent, children: int) -> dict[str
 def lock_root(params: Mapping[str, Any]) -> None:
     """In the create's transaction, before SPAWN: the tree's root, locked (sql.LOCK_ROOT), so that SPAWN's
     snapshot is taken with it held."""
-    fetchall(sql.LOCK_ROOT, {"id": params["id"]})
+    fetchall(sql.LOCK_ROOT, {"id": params["id"], "lease_id": params["lease_id"]})
 
 
 def inserted(rows: Sequence[tuple[Any, ...]], parent_id: str) -> list[tuple[Any, ...]]:

@@ -48,14 +48,15 @@ _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 # A create with a parent (issue 30; todos/queue/lineage.py), in ONE statement: the receipt, the spawn caps
 # and the insert, the caps decided in the statement that inserts, never read-then-write.
 #
-# Lock order: a tree's, ancestors first (todos/sql/trees.py, ancestors_first). root_row locks the tree's root
-# (FOR NO KEY UPDATE; index: the primary key, the root's id read from the parent's row) before held locks the
-# parent (a WHERE that waits for root_row: an InitPlan run as the scan tests the parent's row, before
-# LockRows locks it). Every create in a tree takes its root's lock until it commits, so creates in one tree
-# take turns. Guard: the caller holds the parent's current receipt (_HOLDS_RECEIPT: id, lease, owner agent, a
-# queue it may see), re-checked on the row's latest version as it is locked; held's lock keeps the receipt
-# current (the parent cannot be completed, failed, released, cancelled or claimed again) until the children
-# are inserted. No row: a stale or foreign receipt, nothing is created (ParentNotHeld).
+# Lock order: a tree's, ancestors first (todos/sql/trees.py, ancestors_first). root_row locks the tree's root (FOR NO
+# KEY UPDATE; index: the primary key, the root's id read from the parent's row) before held locks the parent (a WHERE
+# that waits for root_row: an InitPlan run as the scan tests the parent's row, before LockRows locks it); the root is
+# found from a parent row carrying the lease named (so a create naming a todo it does not hold locks no tree's root).
+# Every create in a tree takes its root's lock until it commits, so creates in one tree take turns. Guard: the caller
+# holds the parent's current receipt (_HOLDS_RECEIPT: id, lease, owner agent, a queue it may see), re-checked on the
+# row's latest version as it is locked; held's lock keeps the receipt current (the parent cannot be completed, failed,
+# released, cancelled or claimed again) until the children are inserted. No row: a stale or foreign receipt, nothing
+# is created (ParentNotHeld).
 #
 # Caps, each the smaller of the root's queue's (todos_queue) and the root's own spawn_caps (LEAST skips a
 # NULL), and MAX_TREE_DEPTH whatever they say:
@@ -78,7 +79,7 @@ _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 # (also when every item's key was held: then the caller reads the holders).
 _SPAWN_VERDICT = f"""root_row AS MATERIALIZED (
     SELECT r.id, COALESCE(r.descendants, 0) AS descendants, r.queue, r.spawn_caps, r.budget FROM todos_todo r
-    WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s)
+    WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s AND p.lease_id = %(lease_id)s)
     FOR NO KEY UPDATE
 ),
 held AS MATERIALIZED (
@@ -128,7 +129,7 @@ FROM verdict v LEFT JOIN inserted ON true
 # snapshot is taken with it held and sees every create of the tree that went before.
 LOCK_ROOT = """
 SELECT r.id FROM todos_todo r
-WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s)
+WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s AND p.lease_id = %(lease_id)s)
 FOR NO KEY UPDATE
 """
 
