@@ -460,9 +460,11 @@ def _create_many(
         if parent is not None:
             assert agent is not None
             spawning = lineage.spawning(parent, agent, len(items))
-            if not any(wanted) and not new_queues:
+            # One item: one statement too (receipt, caps and insert), as a plain create; a batch keeps its
+            # transaction (a retried key's second statement must not follow a first one already committed).
+            if not any(wanted) and len(items) == 1 and not new_queues:
                 try:
-                    return _insert(reading, rows, spawning)  # one statement too: receipt, caps and insert
+                    return _insert(reading, rows, spawning)
                 except lineage.Stale:
                     pass  # a create of the same tree came in between: again, with its root locked first
         with transaction.atomic():
