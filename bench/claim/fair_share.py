@@ -95,11 +95,17 @@ def run(conn: psycopg.Connection[Any], until: float) -> tuple[int, int, dict[str
 
 def worker(url: str, commands: Any, results: Any, barrier: Any) -> None:
     h.setup_django(url)
-    conn = psycopg.connect(url, autocommit=True)
     while (command := commands.get()) is not None:
+        # A fresh connection per mode, as the server's are (CONN_MAX_AGE, 60 s): one kept across the modes
+        # carried the plan cache of the one before. A prepared statement's generic plan is costed once per
+        # rebuild; once the plan cache prefers custom plans, it keeps comparing them against that stale cost.
+        # After the weighted mode (two keys of 10,000 todos each) the fair claim's generic plan cost ~9.2M
+        # units against ~33k, so the next fair run planned every claim afresh (3-4 ms a claim, against 1 ms
+        # run): the first fair run of a level was twice as fast as the next two (docs/benchmarks.md).
+        conn = psycopg.connect(url, autocommit=True)
         barrier.wait()
         results.put(run(conn, time.monotonic() + command))
-    conn.close()
+        conn.close()
 
 
 def main() -> None:

@@ -474,9 +474,16 @@ fair_pruned AS (
     ) AND NOT todos_fair_key_pending(k.queue, k.key)
 ),
 {_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
-{flow.bucket("flow_pool", "SELECT id FROM chosen")}
+{flow.bucket("flow_pool", "SELECT id FROM chosen")},
+-- This transaction commits without waiting for its WAL to reach disk (synchronous_commit off, local to it: a
+-- claim in autocommit is its own transaction). The queue's row is held until commit, so the flush was inside
+-- every fair claimer's turn, one after another; the next claimer sees the commit at once (visibility does not
+-- wait for the flush). What a database crash can lose is the last few hundred milliseconds of fair claims: their
+-- todos are pending again, as after a lapsed lease (at-least-once delivery; the holder's next step is a 409),
+-- and the keys' passes and buckets written with them. Creates and completions keep synchronous commits.
+fair_commit AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 UPDATE todos_todo t SET {_CLAIM_SET}
-WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
+WHERE t.id = ANY(ARRAY(SELECT id FROM chosen)) AND EXISTS (SELECT FROM fair_commit)
 RETURNING {_RETURNING_T}
 """
 
