@@ -370,10 +370,15 @@ fair_keys AS MATERIALIZED (
         CROSS JOIN LATERAL (SELECT COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight) wt
     ) k
 ),
+-- Each walked key's todos from its first pending one now (todos_fair_key_first, a fresh snapshot): this
+-- statement's snapshot still shows the todos the claimers before it took as pending, and a scan from the key's
+-- head re-checked each of them under the queue's lock.
 fair_pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk CROSS JOIN LATERAL (
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk
+    CROSS JOIN LATERAL todos_fair_key_first(fk.queue, fk.key, %(agent)s) head CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
+          AND (t.priority, t.run_at) >= (head.priority, head.run_at)
           AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.priority, t.run_at
         LIMIT fk.room
