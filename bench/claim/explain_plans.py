@@ -156,7 +156,8 @@ NOTES = {
     "the statement's snapshot; estimated at 4 rows, not 1,000) reads todos_fairkey in pass order, checks each "
     "key for pending work at the queue's top priority (an EXISTS on todo_fair_pending) and its live leases "
     "(todos_fair_live_leases), and locks the first 10 FOR NO KEY UPDATE SKIP LOCKED; then one descent of "
-    "todo_fair_pending per key, one todo each (weight 1); the passes are written back by an update of those 10 "
+    "todo_fair_pending per key from its first pending todo now (todos_fair_key_first, a fresh snapshot), one todo "
+    "each (weight 1); the passes are written back by an update of those 10 "
     "rows. Plain queues never run this statement (CLAIM_NEXT claims for them; queue.claim_next runs this one "
     "only when CLAIM_NEXT says a keyed queue is eligible).",
     "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
