@@ -8,6 +8,6 @@ from todos.sql import functions
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0038_event_subscription_health")]
+    dependencies = [("todos", "0039_mark_budgeted_trees")]
 
     operations = [functions.load("todos_fair_walk", "todos_fair_lock_key")]

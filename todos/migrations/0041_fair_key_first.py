@@ -8,6 +8,6 @@ from todos.sql import functions
 
 
 class Migration(migrations.Migration):
-    dependencies = [("todos", "0039_fair_walk_row_estimates")]
+    dependencies = [("todos", "0040_fair_walk_row_estimates")]
 
     operations = [functions.load("todos_fair_key_first")]
