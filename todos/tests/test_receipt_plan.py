@@ -47,9 +47,7 @@ def test_the_receipts_statements_read_the_primary_key_not_the_owner_index(loaded
     receipt = {"id": todos[0].id, "lease_id": todos[0].lease_id, "agent": agent.name, "visible": ["%"]}
     plans = {
         "COMPLETE": _explain(sql.COMPLETE, {**receipt, "result": None}),
-        "HEARTBEAT": _explain(
-            sql.HEARTBEAT, {**receipt, "lease_seconds": 60.0, "progress": None, "checkpoint": None}
-        ),
+        "HEARTBEAT": _explain(sql.HEARTBEAT, {**receipt, "lease_seconds": 60.0, "progress": None, "checkpoint": None}),
         "COMPLETE_MANY": _explain(
             sql.COMPLETE_MANY,
             {
