@@ -17,6 +17,8 @@ that queue. The rows run in rounds, every row once per round, so a busy minute o
 one run of each; each figure is the median of ``--runs``. Modes (today's schema unless named):
   * wave1: wave 1's CLAIM_NEXT and COMPLETE (commit b2b61b4) on wave 1's own schema (bench/claim/claim_cost.py)
   * plain: today's, on a plain queue: the target is <= 1.0 ms at 4 and 16 clients
+  * neighbours: the same plain queue, while other queues hold 10,000 todos each of fair share (1,000 keys),
+    max_claimed, scheduled for later, dead-letters and retries due later: what a plain queue must not pay for
   * max_claimed, rate: the queue's controls set, too high to bind
   * scheduled: 10,000 todos scheduled a day ahead beside the backlog
   * fair: fair share over 10 keys (CLAIM_NEXT, then CLAIM_NEXT_FAIR, as queue.claim_next runs them)
@@ -52,7 +54,7 @@ from bench.claim.claim_cost import (
 from bench.compare.compare_workers import QUEUE, _render, _sql_literal, inproc_worker, make_agent, run_processes
 
 TICK = os.sysconf("SC_CLK_TCK")
-MODES = ("wave1", "plain", "max_claimed", "rate", "scheduled", "fair", "limits", "deps", "tree", "inproc")
+MODES = ("wave1", "plain", "neighbours", "max_claimed", "rate", "scheduled", "fair", "limits", "deps", "tree", "inproc")
 
 
 def postmaster_pid(server: h.PgServer) -> int:
@@ -122,7 +124,7 @@ def seed_mode(v: Version, backlog: int, mode: str) -> None:
             conn.execute(
                 """INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts,
                     errors, created_at, updated_at, run_at, priority, fair_key, budget)
-                VALUES ('td_benchroot', 'bench-root', 'bench', 'root', 'root', '{}', 'claimed', 1, 5, '[]', now(),
+                VALUES ('td_benchroot', 'bench-root', 'bench', 'root', 'root', '{}', 'pending', 0, 5, '[]', now(),
                     now(), now(), 0, '', '{"tokens": 1000000000}')"""
             )
             conn.execute(
@@ -130,7 +132,29 @@ def seed_mode(v: Version, backlog: int, mode: str) -> None:
                 "WHERE queue = %s",
                 [QUEUE],
             )
-        if mode in ("deps", "tree"):
+        elif mode == "neighbours":
+            # Other queues use every feature; the claimer's plain queue uses none (what it must not pay for).
+            conn.execute(
+                """INSERT INTO todos_queue (name, created_at, fair, max_claimed) VALUES
+                    ('nb-fair', now(), true, NULL), ('nb-limited', now(), false, 5) ON CONFLICT (name) DO UPDATE
+                    SET fair = EXCLUDED.fair, max_claimed = EXCLUDED.max_claimed"""
+            )
+            conn.execute(
+                """INSERT INTO todos_todo (id, queue, source, kind, title, payload, state, attempt, max_attempts,
+                    errors, created_at, updated_at, run_at, priority, fair_key, next_retry_at)
+                SELECT 'td_nb' || q.queue || g, q.queue, 'bench', 'noop', 'neighbour', '{}', q.state, q.attempt, 5,
+                    '[]', now(), now(), CASE WHEN q.state = 'scheduled' THEN now() + interval '1 day' ELSE now() END, 0,
+                    CASE WHEN q.queue = 'nb-fair' THEN 'k' || (g % 1000) ELSE '' END,
+                    CASE WHEN q.retry THEN now() + interval '1 day' END
+                FROM generate_series(1, 10000) g CROSS JOIN (VALUES ('nb-fair', 'pending', 0, false),
+                    ('nb-limited', 'pending', 0, false), ('nb-later', 'scheduled', 0, false),
+                    ('nb-dead', 'failed', 5, false), ('nb-retry', 'failed', 1, true)) q(queue, state, attempt, retry)"""
+            )
+            conn.execute(
+                "INSERT INTO todos_fairkey (queue, key, vtime) SELECT DISTINCT queue, fair_key, 0 FROM todos_todo "
+                "WHERE queue = 'nb-fair' ON CONFLICT DO NOTHING"
+            )
+        if mode in ("deps", "tree", "neighbours"):
             conn.execute("VACUUM ANALYZE todos_todo")
             conn.execute("CHECKPOINT")
 
