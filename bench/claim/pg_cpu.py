@@ -19,7 +19,7 @@ one run of each; each figure is the median of ``--runs``. Modes (today's schema 
   * plain: today's, on a plain queue: the target is <= 1.0 ms at 4 and 16 clients
   * neighbours: the same plain queue, while other queues hold 10,000 todos each of fair share (1,000 keys),
     max_claimed, scheduled for later, dead-letters and retries due later: what a plain queue must not pay for
-  * max_claimed, rate: the queue's controls set, too high to bind
+  * max_claimed, rate: the queue's controls set, too high to bind (CLAIM_NEXT, then CLAIM_NEXT_FAIR)
   * scheduled: 10,000 todos scheduled a day ahead beside the backlog
   * fair: fair share over 10 keys (CLAIM_NEXT, then CLAIM_NEXT_FAIR, as queue.claim_next runs them)
   * limits: the queue names a limit too high to bind (CLAIM_NEXT, then CLAIM_NEXT_FAIR)
@@ -185,7 +185,7 @@ def measure(row: Row, pm: int, cycles: int, backlog: int, seconds: float) -> Non
     if row.mode == "inproc":
         done = run_processes(inproc_worker, row.clients, seconds, "claim", 1).total
     else:
-        fair = row.mode in ("fair", "limits")
+        fair = row.mode in ("fair", "limits", "max_claimed", "rate")  # CLAIM_NEXT_FAIR's (issue 32)
         pgbench_fixed(v.url, script(v, fair), row.clients, cycles)
         done = max(1, cycles // row.clients) * row.clients
     time.sleep(0.6)  # the backends' exit reaped; their statistics flushed
