@@ -19,14 +19,15 @@ one run of each; each figure is the median of ``--runs``. Modes (today's schema 
   * plain: today's, on a plain queue: the target is <= 1.0 ms at 4 and 16 clients
   * neighbours: the same plain queue, while other queues hold 10,000 todos each of fair share (1,000 keys),
     max_claimed, scheduled for later, dead-letters and retries due later: what a plain queue must not pay for
-  * max_claimed, rate: the queue's controls set, too high to bind (CLAIM_NEXT, then CLAIM_NEXT_FAIR)
+  * max_claimed, rate: the queue's controls set, too high to bind (CLAIM_NEXT, then CLAIM_NEXT_LIMITED)
   * scheduled: 10,000 todos scheduled a day ahead beside the backlog
   * fair: fair share over 10 keys (CLAIM_NEXT, then CLAIM_NEXT_FAIR, as queue.claim_next runs them)
   * limits: the queue names a limit too high to bind (CLAIM_NEXT, then CLAIM_NEXT_FAIR)
   * deps: every todo has a dependent (has_dependents: the complete settles one edge each)
   * tree: every todo is a child of one root whose budget is open
   * inproc: queue.claim_next + queue.complete in Django processes on a plain queue (what a worker pays)
-``--before COMMIT`` adds that commit's CLAIM_NEXT and COMPLETE on today's schema, plain queue.
+``--before COMMIT`` adds that commit's CLAIM_NEXT and COMPLETE on today's schema (plain, max_claimed and rate
+queues, those of them in ``--modes``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -185,12 +186,25 @@ def measure(row: Row, pm: int, cycles: int, backlog: int, seconds: float) -> Non
     if row.mode == "inproc":
         done = run_processes(inproc_worker, row.clients, seconds, "claim", 1).total
     else:
-        fair = row.mode in ("fair", "limits", "max_claimed", "rate")  # CLAIM_NEXT_FAIR's (issue 32)
+        # Since issue 32 CLAIM_NEXT answers a limited queue with a row of NULLs marked 'limited', and
+        # queue.claim_next runs CLAIM_NEXT_LIMITED (before, CLAIM_NEXT had the ``limited`` CTE itself).
+        limited_in_plain = "limited AS MATERIALIZED" in v.claim
+        fair = row.mode in ("fair", "limits") or (row.mode in ("max_claimed", "rate") and not limited_in_plain)
+        if fair and row.mode in ("max_claimed", "rate") and "THEN 'limited' END" in v.claim:
+            from todos import sql
+
+            v = replace(v, fair_claim=sql.CLAIM_NEXT_LIMITED)
         pgbench_fixed(v.url, script(v, fair), row.clients, cycles)
         done = max(1, cycles // row.clients) * row.clients
     time.sleep(0.6)  # the backends' exit reaped; their statistics flushed
     cpu = server_cpu(pm) - cpu0
     upd1, hot1, wal1 = table_stats(v.url)
+    import psycopg
+
+    with psycopg.connect(v.url, autocommit=True) as conn:
+        finished = conn.execute("SELECT count(*) FROM todos_todo WHERE state = 'done'").fetchone()
+    if finished is None or finished[0] < done:
+        print(f"    {row.mode} {v.name}: {finished} todos done of {done} cycles", flush=True)
     row.ms.append(cpu / done * 1000)
     row.hot.append((hot1 - hot0) / max(1, upd1 - upd0))
     row.wal.append((wal1 - wal0) / done)
@@ -267,7 +281,8 @@ def main() -> None:
             rows.append(Row("wave1", wave1_version(server) if c == clients[0] else rows[0].version, c))
         for commit in filter(None, args.before.split(",")):
             claim, complete, fair_claim = statements_at(commit)
-            rows.append(Row("plain", Version(f"{commit}'s statements", url, claim, complete, True, fair_claim), c))
+            before = Version(f"{commit}'s statements", url, claim, complete, True, fair_claim)
+            rows += [Row(m, before, c) for m in ("plain", "max_claimed", "rate") if m in modes]
         rows += [Row(m, today, c) for m in modes if m != "wave1"]
     print(f"# {h.machine_summary(server)}; load average {open('/proc/loadavg').read().strip()}", flush=True)
     for rnd in range(args.runs):
@@ -280,10 +295,16 @@ def main() -> None:
             )
     print(f"\nPostgreSQL CPU per claim + complete, median of {args.runs} runs of {args.cycles:,} cycles")
     print(f"load average at the end: {open('/proc/loadavg').read().strip()}")
-    print("| mode | statements | clients | PG CPU ms / cycle | / plain | HOT share of updates | WAL bytes / cycle |")
+    print(
+        "| mode | statements | clients | PG CPU ms / cycle | / today's plain (a --before row: / today's same mode) "
+        "| HOT share of updates | WAL bytes / cycle |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     for row in rows:
         base = next((r for r in rows if r.mode == "plain" and r.version is today and r.clients == row.clients), None)
+        if row.version is not today:  # a --before commit's row: against today's row of the same mode
+            same = (row.mode, row.clients)
+            base = next((r for r in rows if (r.mode, r.clients) == same and r.version is today), None)
         ratio = f"{h.median(row.ms) / h.median(base.ms):.2f}" if base and base.ms else "-"
         print(
             f"| {row.mode} | {row.version.name} | {row.clients} | {h.median(row.ms):.3f} | {ratio} | "

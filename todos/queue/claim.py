@@ -42,6 +42,8 @@ def claim_next(
         "lease_seconds": lease_for(lease_seconds),
     }
     todos = fetch_todos(sql.CLAIM_NEXT, params)
+    if todos and todos[0].id is None and todos[0].kind == "limited":  # a limited queue is (issue 32)
+        todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
     if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
         todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
