@@ -302,7 +302,7 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|---:|")
     for row in rows:
         base = next((r for r in rows if r.mode == "plain" and r.version is today and r.clients == row.clients), None)
-        if row.version is not today:  # a --before commit's row: against today's row of the same mode
+        if row.version is not today and row.mode != "wave1":  # a --before row: against today's same mode
             same = (row.mode, row.clients)
             base = next((r for r in rows if (r.mode, r.clients) == same and r.version is today), None)
         ratio = f"{h.median(row.ms) / h.median(base.ms):.2f}" if base and base.ms else "-"
