@@ -3,17 +3,23 @@ clock instead of freezing time, as river's testfactory does)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.contrib.auth.hashers import make_password
 from django.db.models.functions import Now
+from django.test import Client
 
 from todos import queue
 from todos.models import Agent, Todo, TodoState
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # django-stubs' type of a test response
 
 _CREATE_ARGS = {
     "kind",
@@ -79,6 +85,57 @@ def make_todo(db: None) -> Callable[..., Todo]:
         return todo
 
     return make
+
+
+ADMIN_PASSWORD = "admin-password-1"  # noqa: S105  (the test operator's, known so a test may log in by form)
+
+
+@functools.cache
+def _admin_password_hash() -> str:
+    # Hashed once per run: PBKDF2 at Django's cost is a large share of a small admin test.
+    return make_password(ADMIN_PASSWORD)
+
+
+@pytest.fixture
+def admin_user(db: None, django_user_model: Any) -> Any:
+    """pytest-django's "admin", made sure of: pytest-django takes any existing row of that name as it is
+    (whatever an earlier test, thread or server committed), so here the row is written every time, an active
+    superuser with a known password (ADMIN_PASSWORD)."""
+    user, _ = django_user_model._default_manager.update_or_create(
+        username="admin",
+        defaults={
+            "email": "admin@example.com",
+            "password": _admin_password_hash(),
+            "is_active": True,
+            "is_staff": True,
+            "is_superuser": True,
+        },
+    )
+    return user
+
+
+class AdminClient(Client):
+    """The test client of admin_client, with the one check an admin page's assertions start from: the page
+    answered 200. A 302 otherwise reads as an empty page; the message names where it pointed (the login: the
+    session was not taken; the admin's index: the object was not found, e.g. an id not passed through
+    django.contrib.admin.utils.quote, whose unquote reads td_22.. as 'td"..')."""
+
+    def ok(self, path: str, data: Any = None, **extra: Any) -> _MonkeyPatchedWSGIResponse:
+        """GET ``path``, asserting a 200."""
+        response = self.get(path, data, **extra)
+        assert response.status_code == 200, (path, response.status_code, response.get("Location"))
+        return response
+
+    def page(self, path: str, data: Any = None, **extra: Any) -> str:
+        """GET ``path`` (asserting a 200) and return its text."""
+        return self.ok(path, data, **extra).content.decode()
+
+
+@pytest.fixture
+def admin_client(db: None, admin_user: Any) -> AdminClient:
+    client = AdminClient()
+    client.force_login(admin_user)
+    return client
 
 
 def _optional_skips(config: pytest.Config) -> list[pytest.TestReport]:

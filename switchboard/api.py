@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.deprecation import MiddlewareMixin
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
@@ -116,6 +117,26 @@ class SafeJSONParser(JSONParser):
             return super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
+
+
+class JSONFirstContentNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, answered at once for what agents send (no Accept, ``*/*`` or
+    ``application/json``, no ``?format=``) when the view's first renderer is JSON: the renderer and media
+    type DRF's own search would pick, without parsing and ranking the header for every request. Anything
+    else (a browser's Accept, ``?format=api``) goes through DRF's negotiation unchanged."""
+
+    FAST_ACCEPT = frozenset({"", "*/*", "application/json"})
+
+    def select_renderer(self, request: Any, renderers: Any, format_suffix: str | None = None) -> Any:
+        if (
+            not format_suffix
+            and renderers
+            and renderers[0].media_type == "application/json"
+            and request.META.get("HTTP_ACCEPT", "").strip() in self.FAST_ACCEPT
+            and f"{self.settings.URL_FORMAT_OVERRIDE}=" not in request.META.get("QUERY_STRING", "")
+        ):
+            return renderers[0], renderers[0].media_type
+        return super().select_renderer(request, renderers, format_suffix)
 
 
 class CreatedCursorPagination(CursorPagination):

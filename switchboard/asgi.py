@@ -50,9 +50,14 @@ class PooledASGIHandler(ASGIHandler):
     """
 
     def __init__(self) -> None:
-        super().__init__()
-        self._sync = BaseHandler()
-        self._sync.load_middleware(is_async=False)
+        # Django's ASGIHandler.__init__ would load Django's async chain; the chains are built here instead.
+        BaseHandler.__init__(self)
+        self._chains: dict[tuple[bool, bool], BaseHandler] = {
+            (lean, is_async): _Chain(_middleware(lean), is_async)
+            for lean in (False, True)
+            for is_async in (False, True)
+        }
+        self._middleware_chain = self._chains[False, True]._middleware_chain  # type: ignore[attr-defined]  # Django's
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -82,8 +87,10 @@ class PooledASGIHandler(ASGIHandler):
             await executor.run_raw(error_response.close)
             return
         try:
-            match = self._async_match(request)
-            if match is None:
+            match, runs_async = self._match(request)
+            # Resolved once: each chain's resolve_request gets this match (None: resolved there, a 404).
+            request.resolver_match = match
+            if not runs_async:
                 response = await executor.run_raw(functools.partial(self._respond, request, scope))
                 try:
                     await self.send_response(response, send)
@@ -91,8 +98,6 @@ class PooledASGIHandler(ASGIHandler):
                     if response.streaming:  # closed after its body was sent
                         await executor.run_raw(response.close)
                 return
-            # Resolved once: Django's async chain asks resolve_request again and gets this match.
-            request.resolver_match = match
             await self._handle_async(request, scope, receive, send)
         finally:
             body_file.close()
@@ -100,7 +105,7 @@ class PooledASGIHandler(ASGIHandler):
     def _respond(self, request: HttpRequest, scope: dict[str, Any]) -> HttpResponseBase:
         """The sync path, in a pool thread: Django's request cycle as under WSGI."""
         signals.request_started.send(sender=self.__class__, scope=scope)
-        response = self._sync.get_response(request)
+        response = self._chains[_lean(request), False].get_response(request)
         response._handler_class = self.__class__  # type: ignore[attr-defined]
         if isinstance(response, FileResponse):
             response.block_size = self.chunk_size
@@ -114,8 +119,11 @@ class PooledASGIHandler(ASGIHandler):
         """Django's own handling of an async view: a client that disconnects cancels the view."""
         await signals.request_started.asend(sender=self.__class__, scope=scope)
 
+        chain = self._chains[_lean(request), True]
+
         async def process_request() -> HttpResponseBase:
-            response = await self.run_get_response(request)
+            response = await chain.get_response_async(request)
+            response._handler_class = self.__class__  # type: ignore[attr-defined]
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:
@@ -144,27 +152,68 @@ class PooledASGIHandler(ASGIHandler):
         else:
             await executor.run_raw(response.close)
 
-    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
-        # handle() resolved a request it sends down the async chain already (with the view it picked).
-        return request.resolver_match or super().resolve_request(request)
-
     @staticmethod
-    def _async_match(request: HttpRequest) -> ResolverMatch | None:
-        """How ``request`` is served on the loop: its URL's match with the coroutine view to call, or None
-        for the sync path. A view class serves some requests on the loop by declaring ``waiting_view`` (a
-        coroutine) and ``runs_async(request)`` (todos/api/views.py: the long-poll and the await)."""
+    def _match(request: HttpRequest) -> tuple[ResolverMatch | None, bool]:
+        """How ``request`` is served: its URL's match (None if none: the chain answers 404), with the view
+        to call, and whether on the loop (else in the pool). A view class serves some requests on the
+        loop by declaring ``waiting_view`` (a coroutine) and ``runs_async(request)`` (todos/api/views.py:
+        the long-poll and the await)."""
         try:
             match = resolve(request.path_info)
         except Resolver404:
-            return None
+            return None, False
         cls = getattr(match.func, "cls", None)
         waiting_view = getattr(cls, "waiting_view", None)
         if waiting_view is not None:
             if not cls.runs_async(request):  # type: ignore[union-attr]
-                return None
+                return match, False
             match.func = waiting_view
-            return match
-        return match if iscoroutinefunction(match.func) else None
+            return match, True
+        return match, iscoroutinefunction(match.func)
+
+
+# Django's middleware whose hooks touch nothing but the request and the answer, served as subclasses that
+# run those hooks on the loop in the async chain (switchboard/middleware.py): no thread hop each.
+_ON_THE_LOOP = {
+    "django.middleware.security.SecurityMiddleware": "switchboard.middleware.SecurityOnTheLoopMiddleware",
+    "django.middleware.common.CommonMiddleware": "switchboard.middleware.CommonOnTheLoopMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": "switchboard.middleware.XFrameOptionsOnTheLoopMiddleware",
+}
+
+
+def _middleware(lean: bool) -> list[str]:
+    """settings.MIDDLEWARE as served: without SESSION_ONLY_MIDDLEWARE for the lean chain."""
+    from django.conf import settings
+
+    left_out = set(settings.SESSION_ONLY_MIDDLEWARE) if lean else set()
+    return [_ON_THE_LOOP.get(path, path) for path in settings.MIDDLEWARE if path not in left_out]
+
+
+def _lean(request: HttpRequest) -> bool:
+    """Whether ``request`` takes the lean chain: an API request that carries a bearer token, which DRF's
+    BearerTokenAuthentication answers or refuses before any session is asked (settings.SESSION_ONLY_MIDDLEWARE).
+    The admin, the pages, ingest and a session's API call keep the whole chain."""
+    return request.path_info.startswith("/api/") and request.META.get("HTTP_AUTHORIZATION", "")[:7].lower() == "bearer "
+
+
+class _Chain(BaseHandler):
+    """One middleware chain (sync or async) over ``paths``, resolving each URL once (handle() did)."""
+
+    def __init__(self, paths: list[str], is_async: bool) -> None:
+        super().__init__()
+        from django.conf import settings
+
+        # BaseHandler.load_middleware reads settings.MIDDLEWARE: given ``paths`` for the time it takes,
+        # once, at start-up (the module's import), before any request.
+        configured = settings.MIDDLEWARE
+        settings.MIDDLEWARE = paths
+        try:
+            self.load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = configured
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        return request.resolver_match or super().resolve_request(request)
 
 
 django.setup(set_prefix=False)

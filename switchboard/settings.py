@@ -60,6 +60,9 @@ INSTALLED_APPS = [
     "ingest",
 ]
 
+# Every one sync- and async-capable. The ASGI handler (switchboard/asgi.py) serves Django's Security,
+# Common and XFrameOptions middleware as switchboard.middleware's subclasses that run their hooks on the
+# loop in the async chain (a long-poll), instead of a thread hop each.
 MIDDLEWARE = [
     # First, so every request (redirects and errors included) gets a request id, a log line and metrics.
     "switchboard.middleware.RequestObservabilityMiddleware",
@@ -73,6 +76,18 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "switchboard.api.DatabaseUnavailableMiddleware",
+]
+# What an API request that carries a bearer token does not use, so the ASGI handler leaves it out of
+# such requests' chain (switchboard/asgi.py): sessions, CSRF (which guards cookie-authenticated requests
+# only), the session's user, messages, and the static files (never under /api/). The token is the
+# request's only credential: DRF's BearerTokenAuthentication answers it (or refuses it with 401) before
+# a session would be asked. Every other request (the admin, the pages, a session's API call) keeps them.
+SESSION_ONLY_MIDDLEWARE = [
+    "switchboard.middleware.StaticFilesMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
 ROOT_URLCONF = "switchboard.urls"
@@ -195,6 +210,8 @@ REST_FRAMEWORK = {
     ],
     # JSON only; a body over DATA_UPLOAD_MAX_MEMORY_SIZE is refused with 413 before parsing.
     "DEFAULT_PARSER_CLASSES": ["switchboard.api.SafeJSONParser"],
+    # DRF's, answered without ranking the Accept header when an agent asks for JSON or anything.
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "switchboard.api.JSONFirstContentNegotiation",
     "EXCEPTION_HANDLER": "switchboard.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "switchboard.api.CreatedCursorPagination",
     "UNAUTHENTICATED_USER": None,

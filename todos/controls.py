@@ -46,7 +46,7 @@ class QueueControls:
     fair: bool = False
     fair_weights: dict[str, float] = field(default_factory=dict)
     max_claimed_per_key: int | None = None
-    # Spawn caps of the trees rooted in this queue (issue 30; todos/sql/create.py, SPAWN_CAPS).
+    # Spawn caps of the trees rooted in this queue (issue 30; todos/sql/create.py, SPAWN).
     max_depth: int | None = None
     max_children: int | None = None
     max_descendants: int | None = None

@@ -14,6 +14,10 @@ from django.conf import settings
 # --- Claims ---
 MAX_CLAIM_BATCH = 100  # todos one claim may take: a worker's batch, bounded so one answer stays small
 LONG_POLL_MAX_SECONDS = 20.0  # wait_seconds of a claim or an await: under every proxy's idle timeout
+# An idle claim long-poll answers [] at a random point in the last tenth of its wait_seconds: clients that
+# began together (a deploy, a reconnect storm) drift apart instead of re-polling in one burst each cycle,
+# which at 2,000 waiters queued a wake behind ~1,000 re-polls (docs/benchmarks.md, "Waiting costs nothing").
+LONG_POLL_IDLE_SPREAD = 0.1
 
 # --- Creates ---
 MAX_CREATE_BATCH = 1000  # todos one batch create may insert: one statement, about 0.1 s (docs/benchmarks.md)

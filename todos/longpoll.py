@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import random
 import signal
 import threading
 import time
@@ -40,6 +41,7 @@ from switchboard import executor
 from todos import budgets, queue, selectors
 from todos.errors import QueueError
 from todos.globs import Glob, compile_glob
+from todos.limits import LONG_POLL_IDLE_SPREAD
 from todos.listener import AGENTS_CHANNEL, listener
 from todos.models import Agent, Todo
 
@@ -402,7 +404,7 @@ async def claim_next_waiting(
 
     if wait_seconds <= 0:
         return await _claim_delivering(agent, claim)
-    deadline = time.monotonic() + wait_seconds
+    deadline = time.monotonic() + wait_seconds * (1 - LONG_POLL_IDLE_SPREAD * random.random())  # noqa: S311 (spread, not a secret)
     retry_after = MIN_RETRY_SECONDS
     if listener.loop is not asyncio.get_running_loop():
         listener._ensure_running()

@@ -277,7 +277,9 @@ class Todo(models.Model):
     # Budgets (issue 30). usage: the counters its receipt's holders reported ({name: number}); on a root,
     # tree_usage sums its whole tree's (its own included), raised in the statement that reports usage, and
     # budget ({name: limit}) caps it: budget_exhausted is set there once a counter reaches its limit, and
-    # claims then skip the tree's todos (todos/sql/budgets.py, BUDGET_OPEN) until an operator raises it.
+    # claims then skip the tree's todos (todos/sql/trees.py, BUDGET_OPEN) until an operator raises it. On a
+    # child, budget_exhausted is the claim's marker, never true: false when its root has a budget (so its
+    # claim probes the root), NULL when not (its claim reads no root).
     usage = models.JSONField(null=True, blank=True, editable=False)
     tree_usage = models.JSONField(null=True, blank=True, editable=False)
     budget = models.JSONField(null=True, blank=True, editable=False)

@@ -59,7 +59,7 @@ def blocked(todo: Todo) -> dict[str, Any] | None:
     parked: dict[str, Any] | None = getattr(todo, "blocked", None)
     if parked is not None:
         return parked
-    if todo.budget_exhausted is None and todo.root_id is None:
+    if todo.budget_exhausted is None:  # a todo outside any tree, or in a tree without a budget
         return None
     if not _BLOCKABLE.holds(todo):
         return None
@@ -72,7 +72,7 @@ def blocked(todo: Todo) -> dict[str, Any] | None:
 def load_blocked(todos: Iterable[Todo]) -> None:
     """Read, in one query, the root flags ``blocked`` needs for these todos (in place), so that rendering
     them queries nothing."""
-    children = [t for t in todos if t.root_id is not None and _BLOCKABLE.holds(t)]
+    children = [t for t in todos if t.root_id is not None and t.budget_exhausted is not None and _BLOCKABLE.holds(t)]
     if not children:
         return
     spent = set(
@@ -84,7 +84,7 @@ def load_blocked(todos: Iterable[Todo]) -> None:
 
 def budget_exhausted(todo: Todo) -> bool:
     """Whether ``todo``'s tree has spent its budget (its root's flag: a read for a child)."""
-    if todo.root_id is None:
+    if todo.root_id is None or todo.budget_exhausted is None:  # a root's own flag; a child's marker: no budget
         return bool(todo.budget_exhausted)
     rows = fetchall(sql.TREE_BLOCKED, {"root": todo.root_id})
     return bool(rows and rows[0][0])

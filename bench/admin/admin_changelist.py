@@ -198,7 +198,7 @@ def main() -> None:
         ("events, unfiltered", events),
         ("events, source", events + "?source=stripe"),
         ("events, rare type", events + "?type=rare.type"),
-        ("event detail", reverse("admin:events_event_change", args=[some_event])),
+        ("event detail", reverse("admin:events_event_change", args=[quote(some_event)])),
         ("dashboard", reverse("admin-dashboard")),
         ("dashboard JSON", reverse("admin-dashboard-json")),
         (

@@ -42,8 +42,9 @@ WORK = "lp.work"
 WAKE = "lp.wake"
 
 
-def _hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop: Any) -> None:
-    """A child process: n connections, each long-polling the empty queue again as soon as answered."""
+def hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop: Any, failed: Any = None) -> None:
+    """A child process: n connections, each long-polling the empty queue again as soon as answered;
+    ``failed`` (a shared counter, optional) counts the answers that were not 200."""
 
     async def one(i: int) -> None:
         await asyncio.sleep(i * 0.002)  # open gradually, so their 20 s deadlines are spread too
@@ -51,9 +52,12 @@ def _hold_waiters(base: str, token: str, n: int, ready: Any, answered: Any, stop
         with ready.get_lock():
             ready.value += 1
         while not stop.is_set():
-            await conn.request("POST", "/api/v1/todos/claim/", IDLE)
+            status, _ = await conn.request("POST", "/api/v1/todos/claim/", IDLE)
             with answered.get_lock():
                 answered.value += 1
+            if failed is not None and status != 200:
+                with failed.get_lock():
+                    failed.value += 1
         conn.close()
 
     async def main() -> None:
@@ -188,7 +192,7 @@ def main() -> None:
             ready = mp.Value("i", 0)
             answered = mp.Value("i", 0)
             stop = mp.Event()
-            holder = mp.Process(target=_hold_waiters, args=(base, token, n, ready, answered, stop), daemon=True)
+            holder = mp.Process(target=hold_waiters, args=(base, token, n, ready, answered, stop), daemon=True)
             holder.start()
             deadline = time.monotonic() + 120
             while ready.value < n:

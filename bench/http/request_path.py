@@ -89,6 +89,40 @@ def _run(clients: int, seconds: float, target: Callable[..., None], *args: Any) 
     return float(out.value) / seconds
 
 
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(FileNotFoundError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(x) for x in f.read().split()]
+    return found
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live descendants: a gunicorn master and its workers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0.0, [pid]
+    while stack:
+        p = stack.pop()
+        with contextlib.suppress(FileNotFoundError):
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            stack += _children(p)
+    return total
+
+
+def _master(base: str) -> int:
+    """The pid of this process's child gunicorn serving ``base`` (found by its GUNICORN_BIND)."""
+    bind = base.removeprefix("http://")
+    for pid in _children(os.getpid()):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"GUNICORN_BIND={bind}".encode() in f.read().split(b"\0"):
+                    return pid
+    raise RuntimeError(f"no gunicorn child serves {base}")
+
+
 def _seed(n: int) -> None:
     harness.reset_todos()
     harness.seed_todos(n, queue=QUEUE)
@@ -158,16 +192,28 @@ def main() -> None:
         }
         if args.before:
             bases["before"] = stack.enter_context(_before(url, args.before.resolve()))
+        masters = {label: _master(base) for label, base in bases.items()}
+        cpus: list[tuple[int, dict[str, float]]] = []
         for n in levels:
             figures: dict[str, float] = {}
+            cpu: dict[str, float] = {}
             for label in labels:
                 _seed(args.seed)
                 if label == "in-process":
                     figures[label] = _run(n, args.seconds, _inprocess_client)
                 else:
+                    used = _tree_cpu(masters[label])
                     figures[label] = _run(n, args.seconds, _http_client, bases[label], token)
+                    used = _tree_cpu(masters[label]) - used
+                    cpu[label] = used * 1000 / max(1.0, figures[label] * args.seconds)
             rows.append((n, figures))
+            cpus.append((n, cpu))
             print(f"{n} clients: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in figures.items()), flush=True)
+            print(
+                f"  load {os.getloadavg()[0]:.1f}; server CPU ms per cycle: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()),
+                flush=True,
+            )
 
     print()
     head = "| clients | in-process | Switchboard HTTP | ceiling HTTP |"
@@ -183,6 +229,14 @@ def main() -> None:
             f"| {n} | {f['in-process']:,.0f} | {f['Switchboard']:,.0f} | {f['ceiling']:,.0f} |{before} "
             f"{f['Switchboard'] / f['ceiling']:.2f} | {f['Switchboard'] / f['in-process']:.2f} |"
         )
+    print()
+    print("Server CPU per claim+complete cycle, ms (gunicorn master and workers, from /proc: load moves it less")
+    print("than it moves throughput):")
+    print()
+    print("| clients | " + " | ".join(label for label in labels if label != "in-process") + " |")
+    print("| --- |" + " --- |" * (len(labels) - 1))
+    for n, c in cpus:
+        print(f"| {n} | " + " | ".join(f"{c[label]:.2f}" for label in labels if label != "in-process") + " |")
     print()
     for n, f in rows:
         ratio = f["Switchboard"] / f["ceiling"]

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-from django.contrib.auth import get_user_model
-
 from events.models import Event
 from ingest.models import Route, Source
-
-
-@pytest.fixture
-def admin_client(client, db):
-    user = get_user_model().objects.create_superuser("root", "root@example.com", None)
-    client.force_login(user)
-    return client
 
 
 def _form(**overrides):
@@ -69,7 +59,7 @@ def test_admin_route_with_an_invalid_queue_is_refused(admin_client):
 
 def test_admin_change_page_never_shows_the_secret_and_shows_the_webhook_url(admin_client):
     source = Source.objects.create(slug="gh", provider="github", secret="very-secret-value", previous_secret="old-one")
-    page = admin_client.get(f"/admin/ingest/source/{source.pk}/change/").content.decode()
+    page = admin_client.page(f"/admin/ingest/source/{source.pk}/change/")
     assert "very-secret-value" not in page and "old-one" not in page
     assert "http://testserver/ingest/gh/" in page
 
@@ -112,10 +102,10 @@ def test_admin_preview_lists_recent_events_and_which_match(admin_client):
     )
     Event.objects.create(source="gh", type="push", delivery_id="2", payload={})
     Event.objects.create(source="other", type="pull_request.opened", delivery_id="3", payload={})
-    page = admin_client.get(f"/admin/ingest/source/{source.pk}/preview/?route={route.pk}").content.decode()
+    page = admin_client.page(f"/admin/ingest/source/{source.pk}/preview/?route={route.pk}")
     assert "1 of the last 2 events match" in page
     assert "#5" in page
-    page = admin_client.get(f"/admin/ingest/source/{source.pk}/preview/?pattern=*").content.decode()
+    page = admin_client.page(f"/admin/ingest/source/{source.pk}/preview/?pattern=*")
     assert "2 of the last 2 events match" in page
 
 

@@ -123,7 +123,7 @@ def test_a_provider_added_to_the_registry_works_from_add_source_to_todo(register
 
 
 def test_a_new_provider_is_offered_by_the_admin_form(registered, admin_client):
-    body = admin_client.get("/admin/ingest/source/add/").content.decode()
+    body = admin_client.page("/admin/ingest/source/add/")
     assert '<option value="toy">Toy (X-Toy-Token)</option>' in body
 
 

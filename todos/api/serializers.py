@@ -3,6 +3,8 @@ of them saves anything (todos/queue/ is the only writer)."""
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -372,9 +374,27 @@ class LimitSerializer(serializers.Serializer[Any]):
 # --- input ------------------------------------------------------------------------------------
 
 
+_field_templates: dict[type[serializers.Serializer[Any]], dict[str, serializers.Field[Any, Any, Any, Any]]] = {}
+_field_templates_lock = threading.Lock()
+
+
 class StrictInput(serializers.Serializer[Any]):
     """A request body that refuses fields it does not declare (as SQS and Stripe do): a misspelt
-    ``titel`` is a 400 naming it, not a todo with an empty title."""
+    ``titel`` is a 400 naming it, not a todo with an empty title.
+
+    Its fields are built once per class: DRF deep-copies every declared field for each instance (a new
+    Field, validators and all, per field per request: the largest share of a claim's validation,
+    profiled in issue 32). Each instance gets a shallow copy of the class's unbound fields, which binding
+    then changes only on the copy (its name, parent, source); a nested serializer, or a field whose
+    default is a mutable value, or a field with a child (a ListField's), is still deep-copied."""
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        cls = type(self)
+        template = _field_templates.get(cls)
+        if template is None:
+            with _field_templates_lock:
+                template = _field_templates.setdefault(cls, copy.deepcopy(self._declared_fields))
+        return {name: _fresh(field) for name, field in template.items()}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -385,6 +405,17 @@ class StrictInput(serializers.Serializer[Any]):
                     {k: [f"Unknown field; expected one of: {expected}."] for k in unknown}
                 )
         return super().to_internal_value(data)
+
+
+def _fresh(field: serializers.Field[Any, Any, Any, Any]) -> serializers.Field[Any, Any, Any, Any]:
+    """A copy of an unbound template field that binding can change without touching the template."""
+    if (
+        isinstance(field, serializers.BaseSerializer)
+        or hasattr(field, "child")  # a ListField's or DictField's child is bound to its parent
+        or isinstance(getattr(field, "default", None), dict | list | set)
+    ):
+        return copy.deepcopy(field)
+    return copy.copy(field)
 
 
 class ParentInput(StrictInput):

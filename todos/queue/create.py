@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from psycopg.types.json import Jsonb
 
 from todos import notices, sql, tracing
@@ -39,11 +39,11 @@ from todos.models import (
     new_webhook_secret,
     visible_patterns,
 )
+from todos.queue import lineage
 from todos.queue._common import JSON, SUPERSEDED, priority_problem
-from todos.queue.lineage import spawn
 from todos.queue.new_queues import admit_new_queues, new_queues_under_globs
 from todos.queue.trees import CHILDREN_POLICIES
-from todos.rows import fetch_todos, fetchall
+from todos.rows import fetch_todos, fetchall, todo_from_row
 from todos.usage import counters
 
 CREATE_FIELDS = (
@@ -251,14 +251,22 @@ class _Reading(Generic[_T]):
     holders: str
     by_id: str
     fetch: Callable[[str, dict[str, Any]], list[_T]]
+    spawn: str  # insert under a parent (sql.SPAWN): its rows carry the verdict first
+    from_row: Callable[[tuple[Any, ...]], _T]
 
 
 def _fetch_refs(statement: str, params: dict[str, Any]) -> list[TodoRef]:
     return [TodoRef._make(row) for row in fetchall(statement, params)]
 
 
-_WHOLE = _Reading(sql.CREATE_MANY, sql.RUNNABLE_BY_KEYS, sql.TODOS_BY_ID, fetch_todos)
-_BRIEF = _Reading(sql.CREATE_MANY_BRIEF, sql.RUNNABLE_BY_KEYS_BRIEF, sql.REFS_BY_ID, _fetch_refs)
+def _todo_from_row(row: tuple[Any, ...]) -> Todo:
+    return todo_from_row(row, connections[DEFAULT_DB_ALIAS])
+
+
+_WHOLE = _Reading(sql.CREATE_MANY, sql.RUNNABLE_BY_KEYS, sql.TODOS_BY_ID, fetch_todos, sql.SPAWN, _todo_from_row)
+_BRIEF = _Reading(
+    sql.CREATE_MANY_BRIEF, sql.RUNNABLE_BY_KEYS_BRIEF, sql.REFS_BY_ID, _fetch_refs, sql.SPAWN_BRIEF, TodoRef._make
+)
 _POLICIES = frozenset(OnDependencyFailure.values)
 _CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
 
@@ -448,37 +456,58 @@ def _create_many(
                 row["traceparent"] = traceparent
         if not any(wanted) and len(items) == 1 and not new_queues and parent is None:
             return [_insert(reading, rows)[0]]  # one statement (and its rare retries): no transaction needed
+        spawning = None
+        if parent is not None:
+            assert agent is not None
+            spawning = lineage.spawning(parent, agent, len(items))
+            # One item: one statement too (receipt, caps and insert), as a plain create; a batch keeps its
+            # transaction (a retried key's second statement must not follow a first one already committed).
+            if not any(wanted) and len(items) == 1 and not new_queues:
+                try:
+                    return _insert(reading, rows, spawning)
+                except lineage.Stale:
+                    pass  # a create of the same tree came in between: again, with its root locked first
         with transaction.atomic():
-            root_id = None
-            if parent is not None:
-                assert agent is not None
-                root_id, lineage = spawn(parent, agent, len(items))
-                for row in rows:
-                    row.update(lineage)
+            if spawning is not None:
+                lineage.lock_root(spawning)
             if new_queues:
                 admit_new_queues(new_queues, items, batch)
-            outcomes = _insert(reading, rows)
-            if root_id is not None and (existing := sum(1 for _, created in outcomes if not created)):
-                fetchall(sql.UNCOUNT_DESCENDANTS, {"root": root_id, "n": existing})
+            try:
+                outcomes = _insert(reading, rows, spawning)
+            except lineage.Stale:  # never with the root locked first; refused rather than left unhandled
+                raise TodoConflict("The tree is changing too fast; try again.", state="unknown") from None
             if any(wanted):
                 outcomes = _link(reading, outcomes, ids, wanted, items, agent, batch)
             return outcomes
 
 
-def _insert(reading: _Reading[_T], rows: list[dict[str, Any]]) -> list[tuple[_T, bool]]:
-    """CREATE_MANY, then the holders of the keys of the items that did not insert. The holder of a key may
-    finish between our conflicting INSERT and the read; those items are inserted again."""
+def _insert(
+    reading: _Reading[_T], rows: list[dict[str, Any]], spawning: dict[str, Any] | None = None
+) -> list[tuple[_T, bool]]:
+    """CREATE_MANY (SPAWN under a parent: ``spawning``, its parameters), then the holders of the keys of the
+    items that did not insert. The holder of a key may finish between our conflicting INSERT and the read;
+    those items are inserted again."""
     outcomes: dict[int, tuple[_T, bool]] = {}
     todo_at: Sequence[int] = range(len(rows))
     defaults = {
         "max_attempts": settings.QUEUE_DEFAULT_MAX_ATTEMPTS,
         "on_dependency_failure": OnDependencyFailure.CANCEL.value,
     }
-    for _ in range(5):
+    for attempt in range(5):
         wanted = {rows[n]["id"]: n for n in todo_at}
         # One JSON text, cast to json by the statement (never jsonb: that would parse the batch twice).
         items = json.dumps([rows[n] for n in todo_at], separators=(",", ":"))
-        for todo in reading.fetch(reading.insert, {"items": items, **defaults}):
+        if spawning is None:
+            made = reading.fetch(reading.insert, {"items": items, **defaults})
+        else:
+            answer = fetchall(reading.spawn, {"items": items, **defaults, **spawning, "n": len(todo_at)})
+            try:
+                made = [reading.from_row(row) for row in lineage.inserted(answer, spawning["id"])]
+            except lineage.Stale:
+                if attempt == 0:
+                    raise  # nothing written yet: the caller runs it all again with the root locked
+                raise TodoConflict("The tree is changing too fast; try again.", state="unknown") from None
+        for todo in made:
             outcomes[wanted.pop(todo.id)] = (todo, True)
         if not wanted:
             break

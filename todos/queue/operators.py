@@ -15,7 +15,7 @@ from todos.metrics import counted, counted_batch
 from todos.models import Agent, Todo, visible_patterns
 from todos.queue import trees
 from todos.queue._common import one, priority_problem
-from todos.rows import fetch_todos, fetch_todos_reviving, fetchall
+from todos.rows import fetch_todos, fetch_todos_reviving
 
 _RETRY_MODES = ("reset", "once")
 
@@ -109,18 +109,13 @@ def _cancel(ids: Sequence[str], operator: str, reason: str, agent: Agent | None,
             todo.cascaded = 0  # type: ignore[attr-defined]
         return cancelled
     with transaction.atomic():
-        # Descendants first, then the todos themselves: the order a child's usage report locks a tree in
-        # (the child, then its root), so the two never deadlock.
-        takeable = [
-            row[0] for row in fetchall(sql.CANCELLABLE_IDS, {"ids": list(ids), "visible": visible_patterns(agent)})
-        ]
-        cascaded = {
-            todo_id: trees.cascade([todo_id], by=operator, why=f"cancelled by {operator}", agent=agent)
-            for todo_id in sorted(takeable)
-        }
+        # The todos first, then their descendants: a tree's lock order, ancestors first (todos/sql/trees.py,
+        # ancestors_first), the order a finish with children: "cancel" and a child's usage report take too.
         cancelled = _operate(sql.CANCEL, ids, agent, operator=operator, reason=reason)
-        for todo in cancelled:
-            todo.cascaded = cascaded.get(todo.id, 0)  # type: ignore[attr-defined]
+        for todo in sorted(cancelled, key=lambda t: t.id):
+            todo.cascaded = trees.cascade(  # type: ignore[attr-defined]
+                [todo.id], by=operator, why=f"cancelled by {operator}", agent=agent
+            )
     return cancelled
 
 

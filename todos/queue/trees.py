@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from todos import sql
@@ -69,9 +70,15 @@ def keep_late_result(todo_id: str, *, agent: Agent, lease_id: str, result: JSON)
 @counted("set_budget")
 def set_budget(todo_id: str, *, budget: Any, agent: Agent | None = None) -> Todo:
     """A root's budget ({name: limit}, replacing the one it had), budget_exhausted decided again on its tree's
-    usage: raising it unblocks the tree. ``agent`` None: an operator of every queue."""
+    usage: raising it unblocks the tree. A tree that had no budget gets its children marked (MARK_BUDGETED), in
+    the same transaction, so that claims check the root for them. ``agent`` None: an operator of every queue."""
     checked = counters(budget, "budget", positive=True)
     if not checked:
         raise InvalidTransitionInput("budget names at least one counter.", field="budget")
-    rows = fetch_todos(sql.SET_BUDGET, {"id": todo_id, "budget": Jsonb(checked), "visible": visible_patterns(agent)})
+    with transaction.atomic():
+        rows = fetch_todos(
+            sql.SET_BUDGET, {"id": todo_id, "budget": Jsonb(checked), "visible": visible_patterns(agent)}
+        )
+        if rows:  # the root is locked: mark the children its tree had while it had no budget
+            fetchall(sql.MARK_BUDGETED, {"id": todo_id})
     return one(rows, todo_id, agent, "set the budget of (only a tree's root has one)")

@@ -32,9 +32,9 @@ _RUNNABLE_KEY = f"idempotency_key IS NOT NULL AND {S.RUNNABLE.sql()}"
 # name is registered by the todo table's trigger (migrations 0009 and 0021: once per statement, per distinct
 # queue), in the same statement, whatever path writes the row. Notifies the queues of what is claimable now
 # or soon.
-# A child's lineage (parent_id, root_id, depth) comes as three more keys of its item, set by create_many
-# after SPAWN below; a root's item has none of them, so the columns stay NULL: a plain create writes nothing
-# more than before, and no entry in the lineage indexes (todo_children, todo_tree are partial).
+# A child's lineage (parent_id, root_id, depth) comes from SPAWN's verdict (below), in the same statement; a
+# root's columns stay NULL: a plain create writes nothing more than before, and no entry in the lineage
+# indexes (todo_children, todo_tree are partial).
 # An item's run_at: its own, or NULL for now() + its delay seconds (NULL: none); in the future it is scheduled.
 _ITEM_RUN_AT = "COALESCE(i.run_at, now() + make_interval(secs => COALESCE(i.delay, 0)))"
 _ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payload json, event_id text,
@@ -45,13 +45,108 @@ _ITEM_COLUMNS = """id text, queue text, source text, kind text, title text, payl
 _ITEM_NAMES = ", ".join(c.split()[0] for c in _ITEM_COLUMNS.split(","))
 
 
-def _create_many(returning: str, answer: str) -> str:
+# A create with a parent (issue 30; todos/queue/lineage.py), in ONE statement: the receipt, the spawn caps
+# and the insert, the caps decided in the statement that inserts, never read-then-write.
+#
+# Lock order: a tree's, ancestors first (todos/sql/trees.py, ancestors_first). root_row locks the tree's root (FOR NO
+# KEY UPDATE; index: the primary key, the root's id read from the parent's row) before held locks the parent (a WHERE
+# that waits for root_row: an InitPlan run as the scan tests the parent's row, before LockRows locks it); the root is
+# found from a parent row carrying the lease named (so a create naming a todo it does not hold locks no tree's root).
+# Every create in a tree takes its root's lock until it commits, so creates in one tree take turns. Guard: the caller
+# holds the parent's current receipt (_HOLDS_RECEIPT: id, lease, owner agent, a queue it may see), re-checked on the
+# row's latest version as it is locked; held's lock keeps the receipt current (the parent cannot be completed, failed,
+# released, cancelled or claimed again) until the children are inserted. No row: a stale or foreign receipt, nothing
+# is created (ParentNotHeld).
+#
+# Caps, each the smaller of the root's queue's (todos_queue) and the root's own spawn_caps (LEAST skips a
+# NULL), and MAX_TREE_DEPTH whatever they say:
+# - max_depth: the children's depth.
+# - max_descendants: the root's lifetime counter (descendants) as root_row locked it: its latest value, which
+#   no other create can change before this one commits; counted raises it by the rows inserted (an item whose
+#   idempotency key is held inserts nothing and is not counted).
+# - max_children (live): the parent's unfinished children (todo_children, counted only when the cap is set,
+#   up to the cap: a bounded probe) plus the %(n)s new ones. That count reads the statement's snapshot, taken
+#   before root_row's lock was granted: a create of this tree that committed in between would be missed. Such a
+#   create raised the root's descendants, so the snapshot's counter differs from the locked one's: the verdict
+#   is then 'stale', nothing is written, and the caller runs the statement again after LOCK_ROOT (a fresh
+#   snapshot, taken with the root already locked). Without a max_children cap nothing is ever stale.
+# A root gone (retention purged it, finished, while its tree lived on) leaves only MAX_TREE_DEPTH to apply.
+# A child of a root with a budget (read from root_row: its latest version, which set_budget cannot change
+# before this create commits) is marked budget_exhausted false: the claim's budget predicate probes its root
+# (todos/sql/trees.py, BUDGET_OPEN); any other child keeps NULL, and its claim reads no root.
+# Answers (cap, value, the todo's columns): one row per todo inserted with cap NULL; or one row with the
+# cap refused ('max_depth', 'max_children', 'max_descendants', or 'stale') and its value, and NULL columns
+# (also when every item's key was held: then the caller reads the holders).
+_SPAWN_VERDICT = f"""root_row AS MATERIALIZED (
+    SELECT r.id, COALESCE(r.descendants, 0) AS descendants, r.queue, r.spawn_caps, r.budget FROM todos_todo r
+    WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s AND p.lease_id = %(lease_id)s)
+    FOR NO KEY UPDATE
+),
+held AS MATERIALIZED (
+    SELECT id AS parent_id, COALESCE(root_id, id) AS root_id, COALESCE(depth, 0) + 1 AS depth FROM todos_todo
+    WHERE {_HOLDS_RECEIPT} AND (SELECT count(*) FROM root_row) >= 0
+    FOR NO KEY UPDATE
+),
+caps AS MATERIALIZED (
+    SELECT h.*, rr.id AS root_found, rr.descendants, CASE WHEN rr.budget IS NOT NULL THEN false END AS budgeted,
+        LEAST(q.max_depth, (rr.spawn_caps->>'max_depth')::integer) AS max_depth,
+        LEAST(q.max_children, (rr.spawn_caps->>'max_children')::integer) AS max_children,
+        LEAST(q.max_descendants, (rr.spawn_caps->>'max_descendants')::integer) AS max_descendants
+    FROM held h LEFT JOIN root_row rr ON rr.id = h.root_id LEFT JOIN todos_queue q ON q.name = rr.queue
+),
+verdict AS MATERIALIZED (
+    SELECT c.parent_id, c.root_id, c.depth, c.budgeted, CASE
+        WHEN c.depth > %(max_tree_depth)s::int THEN 'max_depth'
+        WHEN c.max_depth IS NOT NULL AND c.depth > c.max_depth THEN 'max_depth'
+        WHEN c.max_children IS NOT NULL AND c.descendants
+            IS DISTINCT FROM (SELECT COALESCE(s.descendants, 0) FROM todos_todo s WHERE s.id = c.root_found)
+            THEN 'stale'
+        WHEN c.max_children IS NOT NULL AND %(n)s::int + (
+            SELECT count(*) FROM (SELECT FROM todos_todo k WHERE k.parent_id = c.parent_id
+                                  AND NOT ({S.FINISHED.sql("k")}) LIMIT c.max_children) live
+        ) > c.max_children THEN 'max_children'
+        WHEN c.max_descendants IS NOT NULL AND c.descendants + %(n)s::int > c.max_descendants THEN 'max_descendants'
+        END AS cap,
+        c.max_depth, c.max_children, c.max_descendants
+    FROM caps c
+),
+"""
+_ANSWER = "SELECT {} FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n"
+_SPAWN_ANSWER = """,
+counted AS (
+    UPDATE todos_todo r SET descendants = COALESCE(r.descendants, 0) + (SELECT count(*) FROM inserted)
+    FROM verdict v WHERE r.id = v.root_id AND v.cap IS NULL AND EXISTS (SELECT FROM inserted)
+    RETURNING r.id
+)
+SELECT v.cap, CASE v.cap WHEN 'max_depth' THEN LEAST(v.max_depth, %(max_tree_depth)s::int)
+        WHEN 'max_children' THEN v.max_children WHEN 'max_descendants' THEN v.max_descendants END,
+    {}
+FROM verdict v LEFT JOIN inserted ON true
+    CROSS JOIN (SELECT count(*) FROM notified) n CROSS JOIN (SELECT count(*) FROM counted) c"""
+
+# The stale verdict's second try (and a create with a parent that needs a transaction: dependencies, new
+# queues): in the create's transaction, the tree's root locked first (as SPAWN's root_row), so SPAWN's next
+# snapshot is taken with it held and sees every create of the tree that went before.
+LOCK_ROOT = """
+SELECT r.id FROM todos_todo r
+WHERE r.id = (SELECT COALESCE(p.root_id, p.id) FROM todos_todo p WHERE p.id = %(id)s AND p.lease_id = %(lease_id)s)
+FOR NO KEY UPDATE
+"""
+
+
+def _create_many(returning: str, answer: str, *, spawn: bool = False) -> str:
+    lineage = "v.parent_id, v.root_id, v.depth" if spawn else "i.parent_id, i.root_id, i.depth"
+    budgeted_column, budgeted = (", budget_exhausted", ", v.budgeted") if spawn else ("", "")
+    items = f"""ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
+    WITH ORDINALITY AS i({_ITEM_NAMES}, ord)"""
+    if spawn:  # the verdict: one row, whose cap is NULL when every cap passed (SPAWN below)
+        items += "\n    JOIN verdict v ON v.cap IS NULL"
     return f"""
-WITH inserted AS (
+WITH {_SPAWN_VERDICT if spawn else ""}inserted AS (
 INSERT INTO todos_todo (id, queue, source, kind, title, payload, event_id, idempotency_key, assignee,
     state, attempt, max_attempts, errors, created_at, updated_at, run_at, priority,
     depends_on, dependencies_left, on_dependency_failure, has_dependents, waiting_for, traceparent, fair_key,
-    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at, children, budget)
+    parent_id, root_id, depth, spawn_caps, callback, limits, expires_at, children, budget{budgeted_column})
 SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.title, ''),
     COALESCE(i.payload::jsonb, '{{}}'::jsonb), i.event_id, i.idempotency_key, i.assignee,
     CASE WHEN i.depends_on IS NOT NULL THEN '{S.TodoState.WAITING}'
@@ -60,10 +155,9 @@ SELECT i.id, i.queue, COALESCE(i.source, ''), COALESCE(i.kind, ''), COALESCE(i.t
     i.depends_on, COALESCE(cardinality(i.depends_on), 0),
     COALESCE(i.on_dependency_failure, %(on_dependency_failure)s),
     COALESCE(i.has_dependents, false), i.waiting_for::jsonb, i.traceparent, COALESCE(i.fair_key, ''),
-    i.parent_id, i.root_id, i.depth, i.spawn_caps::jsonb, i.callback::jsonb, i.limits,
-    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after)), i.children, i.budget::jsonb
-FROM ROWS FROM (json_to_recordset(%(items)s::json) AS ({_ITEM_COLUMNS}))
-    WITH ORDINALITY AS i({_ITEM_NAMES}, ord)
+    {lineage}, i.spawn_caps::jsonb, i.callback::jsonb, i.limits,
+    COALESCE(i.expires_at, now() + make_interval(secs => i.expire_after)), i.children, i.budget::jsonb{budgeted}
+FROM {items}
 ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.ord
 ON CONFLICT (queue, idempotency_key) WHERE {_RUNNABLE_KEY} DO NOTHING
 RETURNING {returning}
@@ -75,7 +169,7 @@ notified AS MATERIALIZED (
               AND run_at <= now() + make_interval(secs => {SCHEDULED_NOTIFY_HORIZON_SECONDS}))
           GROUP BY queue) q
 )
-SELECT {answer} FROM inserted CROSS JOIN (SELECT count(*) FROM notified) n
+{_SPAWN_ANSWER.format(answer) if spawn else _ANSWER.format(answer)}
 """
 
 
@@ -86,6 +180,9 @@ BRIEF_COLUMNS = "id, queue, idempotency_key, state"
 CREATE_MANY = _create_many(_TODO_COLUMNS, "inserted.*")
 # create_many: each item's BRIEF_COLUMNS (queue, state and run_at also feed the NOTIFY).
 CREATE_MANY_BRIEF = _create_many(f"{BRIEF_COLUMNS}, run_at", BRIEF_COLUMNS)
+# The same under a parent (SPAWN above): create's and create_many's.
+SPAWN = _create_many(_TODO_COLUMNS, "inserted.*", spawn=True)
+SPAWN_BRIEF = _create_many(f"{BRIEF_COLUMNS}, run_at", BRIEF_COLUMNS.replace("id", "inserted.id", 1), spawn=True)
 
 # The items of a batch that did not insert: the runnable todos holding their keys.
 _RUNNABLE_BY_KEYS = f"""
@@ -123,66 +220,4 @@ SELECT
     ARRAY(SELECT (SELECT count(*) FROM (SELECT FROM todos_queue q WHERE q.name LIKE s.pattern
                                        LIMIT %(cap)s + 1) c)
           FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS s(pattern, n) ORDER BY s.n)
-"""
-
-
-# A create with a parent (todos/queue/create.py, _spawn): its first statement, in the create's transaction.
-# Guard: the caller holds the parent's current receipt (_HOLDS_RECEIPT: id, lease, owner agent, a queue it
-# may see); lock: the parent row, FOR NO KEY UPDATE, until the create commits (index: the primary key). While
-# it is held the parent cannot be completed, failed, released, cancelled or claimed again, so the receipt
-# stays current until the children are inserted (no read-then-write race with the lease), and two creates
-# under one parent take turns: the next one's SPAWN_CAPS (a new statement, so a fresh snapshot) sees the
-# children the first inserted. No row: a stale or foreign receipt, nothing is created.
-LOCK_PARENT = f"""
-SELECT id, COALESCE(root_id, id), COALESCE(depth, 0) + 1 FROM todos_todo
-WHERE {_HOLDS_RECEIPT}
-FOR NO KEY UPDATE
-"""
-
-# Then, with the parent locked: the spawn caps of the tree (each the smaller of its root's queue's, todos_queue,
-# and the root's own spawn_caps given at its create; LEAST skips a NULL), decided
-# and counted in one statement. max_depth: the children's depth. max_children: the parent's unfinished
-# children (todo_children, counted only when the queue has the cap, up to the cap: a bounded probe) plus the
-# %(n)s::int new ones; the parent's lock makes the count current, since every create under it takes turns.
-# max_descendants: the root's counter (todos_todo.descendants), raised by %(n)s::int in this statement under the
-# root row's lock (UPDATE; a create under another parent of the same tree waits for it, and its guard is
-# re-checked on the row as the first one committed it), so concurrent creators never pass the cap together.
-# Lock order: the parent (LOCK_PARENT), then the root; nothing locks a root and then a todo below it.
-# Answers the cap refused ('max_depth', 'max_children', 'max_descendants') or NULL, and the cap's value.
-SPAWN_CAPS = f"""
-WITH root AS (
-    SELECT r.id, COALESCE(r.descendants, 0) AS descendants,
-        LEAST(q.max_depth, (r.spawn_caps->>'max_depth')::integer) AS max_depth,
-        LEAST(q.max_children, (r.spawn_caps->>'max_children')::integer) AS max_children,
-        LEAST(q.max_descendants, (r.spawn_caps->>'max_descendants')::integer) AS max_descendants
-    FROM todos_todo r LEFT JOIN todos_queue q ON q.name = r.queue
-    WHERE r.id = %(root)s::text
-),
-verdict AS (
-    SELECT root.id, CASE
-        WHEN max_depth IS NOT NULL AND %(depth)s::int > max_depth THEN 'max_depth'
-        WHEN max_children IS NOT NULL AND %(n)s::int + (
-            SELECT count(*) FROM (SELECT FROM todos_todo c WHERE c.parent_id = %(parent)s::text
-                                  AND NOT ({S.FINISHED.sql("c")}) LIMIT max_children) live
-        ) > max_children THEN 'max_children'
-        END AS cap,
-        max_depth, max_children, max_descendants
-    FROM root
-),
-counted AS (
-    UPDATE todos_todo r SET descendants = COALESCE(r.descendants, 0) + %(n)s::int
-    FROM verdict
-    WHERE r.id = verdict.id AND verdict.cap IS NULL
-      AND (verdict.max_descendants IS NULL OR COALESCE(r.descendants, 0) + %(n)s::int <= verdict.max_descendants)
-    RETURNING r.id
-)
-SELECT COALESCE(verdict.cap, CASE WHEN NOT EXISTS (SELECT FROM counted) THEN 'max_descendants' END),
-    max_depth, max_children, max_descendants
-FROM verdict
-"""
-
-# The items of a create with a parent that did not insert (their idempotency key was held): the root's
-# counter gives them back, under the lock SPAWN_CAPS took, so a repeated create does not use up the tree.
-UNCOUNT_DESCENDANTS = """
-UPDATE todos_todo SET descendants = descendants - %(n)s::int WHERE id = %(root)s::text RETURNING descendants
 """

@@ -4,7 +4,7 @@ which tells a refused transition's not found from its conflict.
 
 from todos import states as S
 from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying, holder_is
-from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET
+from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET, ancestors_first
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
 # not re-claimed meanwhile (state claimed again; attempt unchanged: it is the same receive), but not one
@@ -43,6 +43,16 @@ RETURNING {_TODO_COLUMNS}
 """
 
 
+_REPORTED = "%(usage)s::jsonb IS NOT NULL"
+
+
+def _ancestors_first(statement: str, when: str, parent_when: str = "false", row: str = "todos_todo") -> str:
+    """``statement`` (an UPDATE under the receipt) locking the todo's ancestors first (trees.ancestors_first)."""
+    where = f"WHERE {_HOLDS_RECEIPT} AND"
+    assert statement.count(where) == 1, statement
+    return statement.replace(where, f"{where} {ancestors_first(row, when, parent_when)} AND", 1)
+
+
 def _with_usage(statement: str, after: str) -> str:
     """``statement`` with USAGE_SET in its SET list, right after ``after`` (its last item, or an item with its
     comma): issue 30's usage, added to the todo's under the receipt."""
@@ -52,10 +62,10 @@ def _with_usage(statement: str, after: str) -> str:
 
 
 # heartbeat with usage (issue 30, todos/sql/trees.py): HEARTBEAT that also adds %(usage)s to the todo's usage
-# and, in this statement, rolls it up to its root's (ROLLED_UP). A heartbeat without usage runs HEARTBEAT,
-# unchanged.
+# and, in this statement, rolls it up to its root's (ROLLED_UP), having locked the root first (ancestors_first:
+# a tree's lock order, ancestors first). A heartbeat without usage runs HEARTBEAT, unchanged.
 HEARTBEAT_USAGE = (
-    _with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),")
+    _ancestors_first(_with_usage(HEARTBEAT, "    checkpoint = COALESCE(%(checkpoint)s::jsonb, checkpoint),"), _REPORTED)
     .replace("\n)\nUPDATE todos_todo SET", "\n),\nchanged AS (\nUPDATE todos_todo SET", 1)
     .rstrip()
     + f"""
@@ -82,10 +92,18 @@ UPDATE todos_todo SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql()}
 RETURNING {_TODO_COLUMNS}
 """
-COMPLETE = _finishing(_COMPLETE)
+# Locking the tree's root and the todo's parent first when others wait for it (ancestors_first: the settle of a
+# fan-in locks its waiting parent after the todo); a todo outside any tree, or that nobody waits for, runs
+# nothing more (two column tests).
+_WAITED_FOR = "todos_todo.has_dependents"
+COMPLETE = _finishing(_ancestors_first(_COMPLETE, _WAITED_FOR, _WAITED_FOR))
 # complete with usage (issue 30): COMPLETE that also adds %(usage)s to the todo's usage and its root's
-# (ROLLED_UP), in the same statement. A complete without usage runs COMPLETE, unchanged.
-COMPLETE_USAGE = _finishing(_with_usage(_COMPLETE, "    next_retry_at = NULL"), after=ROLLED_UP)
+# (ROLLED_UP), in the same statement, the root (and the parent, when others wait for it) locked first
+# (ancestors_first). A complete without usage runs COMPLETE.
+COMPLETE_USAGE = _finishing(
+    _ancestors_first(_with_usage(_COMPLETE, "    next_retry_at = NULL"), f"{_REPORTED} OR {_WAITED_FOR}", _WAITED_FOR),
+    after=ROLLED_UP,
+)
 
 # complete many: one statement for a batch of (id, lease_id, result); rows that come back were completed.
 COMPLETE_MANY = _finishing(
@@ -109,8 +127,11 @@ RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 # scheduled: after %(retry_in)s seconds if the caller gave it, else exponential backoff with full
 # jitter, random() * min(cap, base * 2^(attempt-1)). At the cap next_retry_at stays NULL: a
 # dead-letter (SPEC decision 4).
+# A dead-letter (at the cap) settles its dependents as a complete does: the same ancestors first.
+_DEAD_LETTERS = f"t.has_dependents AND NOT ({S.BELOW_CAP.sql('t')})"
 FAIL = _finishing(
-    f"""
+    _ancestors_first(
+        f"""
 UPDATE todos_todo t SET
     state = 'failed',
     errors = jsonb_path_query_array(t.errors || jsonb_build_array(jsonb_build_object(
@@ -126,6 +147,10 @@ UPDATE todos_todo t SET
 WHERE {_HOLDS_RECEIPT} AND {_UNFINISHED.sql("t")}
 RETURNING {_TODO_COLUMNS}
 """,
+        _DEAD_LETTERS,
+        _DEAD_LETTERS,
+        row="t",
+    ),
     notify_when=S.RETRY_DUE.sql(),
 )
 

@@ -17,15 +17,6 @@ CASCADE = """
 SELECT todos_cascade(%(ids)s::text[], %(by)s::text, %(why)s::text, %(visible)s::text[], %(bound)s::integer)
 """
 
-# Which of %(ids)s a cancel may take now (CANCELLABLE, in the caller's queues): a cascade cancels their
-# descendants first, then CANCEL takes them, so that it locks a tree's rows in the order a child's report
-# with usage does (the child, then its root) and never waits crosswise with one. No lock: a todo that finishes
-# meanwhile is refused by CANCEL's own guard (its descendants, cancelled by then, stay cancelled).
-CANCELLABLE_IDS = f"""
-SELECT t.id FROM todos_todo t
-WHERE t.id = ANY(%(ids)s::text[]) AND {S.CANCELLABLE.sql("t")} AND t.queue LIKE ANY(%(visible)s::text[])
-"""
-
 # Cascades left over (reap_once): the ancestors marked by a cascade that took a whole bound, from the partial
 # index todo_cascade_pending (a handful of rows at most). No lock: two reapers resuming the same cascade
 # cancel disjoint rows (each row's guard is re-checked under its lock) or none.
@@ -59,10 +50,14 @@ def exhausted(usage: str, budget: str) -> str:
 _ADD = f"todos_usage_add({{}}, %(usage)s::jsonb, {limits.MAX_USAGE_COUNTERS})"
 
 # The budget predicate of every claim branch (todos/sql/claim.py) and of explain: the todo (alias t) is not in a
-# tree whose budget is spent. A todo outside any tree (root_id NULL, budget_exhausted NULL: every todo created
-# without a parent) costs two column tests and no read; a child probes its root by primary key.
-BUDGET_OPEN = """(t.budget_exhausted IS NOT TRUE
-    AND (t.root_id IS NULL OR NOT EXISTS (SELECT FROM todos_todo b WHERE b.id = t.root_id AND b.budget_exhausted)))"""
+# tree whose budget is spent. A root reads its own flag. A child's budget_exhausted is a marker, never true:
+# false when its tree's root has a budget (set by the create, sql.SPAWN, or by set_budget, MARK_BUDGETED), NULL
+# otherwise. So a todo outside any tree, and a child of a tree without a budget, cost two column tests and no
+# read; a child of a budgeted tree probes its root by primary key, once per row the claim tests. A scalar
+# subquery, not EXISTS: the planner turned NOT EXISTS into a hashed SubPlan that read every row of todos_todo
+# with budget_exhausted set (a sequential scan of the table) on each claim that met a tree's todo.
+BUDGET_OPEN = """(t.budget_exhausted IS NOT TRUE AND (t.root_id IS NULL OR t.budget_exhausted IS NULL
+    OR (SELECT b.budget_exhausted FROM todos_todo b WHERE b.id = t.root_id) IS NOT TRUE))"""
 
 # Part of the SET list of a receipt holder's heartbeat or complete (todos/sql/lease.py), no alias: adds
 # %(usage)s (NULL: none reported) to the todo's usage and, for a root, to its tree_usage, deciding
@@ -75,9 +70,35 @@ USAGE_SET = f"""
     budget_exhausted = CASE WHEN root_id IS NULL AND budget IS NOT NULL AND %(usage)s::jsonb IS NOT NULL
         THEN {exhausted(_ADD.format("tree_usage"), "budget")} ELSE budget_exhausted END"""
 
+
+# Lock order in a tree: ancestors first, everywhere. A finish with children: "cancel" locks the todo, then
+# (its trigger's cascade) what is below it; queue.cancel(cascade=True) cancels the todos, then their
+# descendants; a create under a parent locks the root, then the parent (todos/sql/create.py, SPAWN). So a
+# statement that finishes or reports on a todo of a tree and will then lock one of its ancestors locks them
+# first: ancestors_first(), a test in the WHERE of its UPDATE, run as the scan tests the todo's row (its
+# snapshot version), before the UPDATE locks that row. It locks the root (depth NULL) and then the parent, by
+# primary key. A todo outside any tree (root_id NULL), a report without usage, a complete nobody waits for:
+# the test's first terms settle it and nothing runs (the plain statements' cost). Two reasons to lock them:
+# - a report with usage rolls it up to the root (ROLLED_UP): the root. A child that reported while holding its
+#   row and then waited for its root, while the root's finish with children: "cancel" held the root and waited
+#   for the child, was a deadlock (one of the two aborted).
+# - a complete or a dead-letter of a todo others wait for (has_dependents: a fan-in, a parent waiting for its
+#   children) settles them (_SETTLED), the parent among them: the root and the parent, so that it never holds
+#   the child while waiting for a parent that a cascading cancel holds while waiting for the child.
+# Not ordered by this: deeper ancestors waiting for a grandchild, and a dependent outside the todo's ancestors
+# (a sibling), which a cascade locks in its walk's order.
+def ancestors_first(row: str, when: str, parent_when: str = "false") -> str:
+    """SQL for the WHERE of an UPDATE of todos_todo whose row is ``row`` (its alias, or todos_todo): true, having
+    locked the row's root when ``when`` holds (SQL on ``row``), and its parent too when ``parent_when`` does."""
+    return f"""({row}.root_id IS NULL OR NOT ({when}) OR (SELECT count(*) FROM (
+        SELECT FROM todos_todo a
+        WHERE a.id = ANY(ARRAY[{row}.root_id, CASE WHEN {parent_when} THEN {row}.parent_id END])
+        ORDER BY a.depth NULLS FIRST, a.id FOR NO KEY UPDATE OF a) ancestors) >= 0)"""
+
+
 # The CTE that rolls a child's reported usage up to its root, in the same statement (after ``changed``, the
-# child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the child
-# (its UPDATE), then its root; the UPDATE re-reads the root's latest version after waiting, so concurrent
+# child as updated under its receipt): the root's tree_usage and budget_exhausted. Lock order: the root
+# (ancestors_first), then the child (its UPDATE); this UPDATE re-reads the root's latest version, so concurrent
 # reports of one tree add up exactly. Nothing runs without usage (a one-time filter) or for a root.
 ROLLED_UP = f"""rolled AS (
     UPDATE todos_todo r SET
@@ -113,6 +134,20 @@ notified AS MATERIALIZED (
 SELECT changed.* FROM changed CROSS JOIN (SELECT count(*) FROM notified) n
 """
 
+# set_budget, after SET_BUDGET in its transaction (a new statement: its snapshot sees every child created before
+# SET_BUDGET locked the root; a create after it reads the budget from the root it locks, sql.SPAWN): the
+# tree's rows not marked yet -> budget_exhausted false, so the claim's budget predicate probes their root
+# (BUDGET_OPEN). Only a tree whose root had no budget has any. Finished rows too (an operator may retry a
+# dead-letter). Index: todo_tree (root_id, depth, id). Locks: the rows marked, in depth order (ancestors first,
+# a tree's lock order: a finishing parent with children: "cancel" then locks below it, never above).
+MARK_BUDGETED = """
+UPDATE todos_todo t SET budget_exhausted = false
+WHERE t.id IN (SELECT c.id FROM todos_todo c WHERE c.root_id = %(id)s AND c.budget_exhausted IS NULL
+               ORDER BY c.depth, c.id FOR NO KEY UPDATE)
+  AND t.budget_exhausted IS NULL
+RETURNING t.id
+"""
+
 # --- Orphans (the dashboard) ------------------------------------------------------------------------------
 
 # Children whose parent finished unsuccessfully (cancelled, a dead-letter) while they are unfinished: what a
@@ -144,15 +179,16 @@ ORDER BY 1, 2, 3
 
 __all__ = [
     "BUDGET_OPEN",
-    "CANCELLABLE_IDS",
     "CASCADE",
     "CASCADES_LEFT",
     "LATE_RESULT",
+    "MARK_BUDGETED",
     "ORPHANS",
     "RECENT_USAGE",
     "ROLLED_UP",
     "SET_BUDGET",
     "TREE_BLOCKED",
     "USAGE_SET",
+    "ancestors_first",
     "exhausted",
 ]

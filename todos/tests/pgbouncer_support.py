@@ -35,14 +35,17 @@ def _free_port() -> int:
 
 
 class PgBouncer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, pool_size: int = POOL_SIZE) -> None:
         self.directory = directory
+        self.pool_size = pool_size
         self.port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         s = connection.settings_dict
         self.user = s["USER"]
-        self.socket_dir = s["HOST"]
-        self.upstream_port = s["PORT"] or "5432"
+        # The test settings name the embedded server's socket directory as HOST; a DATABASE_URL of the
+        # embedded server (bench/harness.py) puts it in ?host=, which django-environ leaves in OPTIONS.
+        self.socket_dir = s["HOST"] or s.get("OPTIONS", {}).get("host", "")
+        self.upstream_port = s["PORT"] or s.get("OPTIONS", {}).get("port") or "5432"
 
     def url(self, database: str) -> str:
         """A DATABASE_URL for ``database`` through PgBouncer."""
@@ -59,7 +62,9 @@ class PgBouncer:
             f"unix_socket_dir = {self.directory}\n"
             "auth_type = any\n"
             "pool_mode = transaction\n"
-            f"default_pool_size = {POOL_SIZE}\n"
+            f"default_pool_size = {self.pool_size}\n"
+            # The admin console (SHOW POOLS: its client and server connections, bench/ops/scale_out.py).
+            f"admin_users = {self.user}\n"
             "max_client_conn = 2000\n"
             # psycopg sends none of these today; a driver upgrade that did must not break the tests.
             "ignore_startup_parameters = extra_float_digits,options\n"
@@ -84,6 +89,17 @@ class PgBouncer:
                     log = self.directory / "pgbouncer.log"
                     raise RuntimeError(f"pgbouncer did not start: {log.read_text() if log.exists() else ''}") from None
                 time.sleep(0.1)
+
+    def show(self, what: str) -> list[dict[str, object]]:
+        """``SHOW <what>`` on the admin console (e.g. POOLS), as rows of column -> value. The console
+        speaks only the simple query protocol: a client-side cursor."""
+        if what.upper() not in ("POOLS", "STATS", "CLIENTS", "SERVERS"):
+            raise ValueError(what)
+        url = self.url("pgbouncer")
+        with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor, connect_timeout=5) as conn:
+            cursor = conn.execute(f"SHOW {what.upper()}")
+            names = [c.name for c in cursor.description or []]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -72,12 +72,12 @@ def test_changelist_renders_each_filter_in_few_queries(
 def test_changelist_dead_filter_lists_only_dead_letters_and_marks_them(admin_client, make_todo, dead):
     alive = make_todo("github", title="alive")
     waiting = make_todo("github", title="waiting", **WAITING)
-    response = admin_client.get(reverse(CHANGELIST) + "?dead=yes")
+    response = admin_client.ok(reverse(CHANGELIST) + "?dead=yes")
     body = response.content.decode()
     assert all(t.id in body for t in dead)
     assert alive.id not in body and waiting.id not in body
     assert 'class="sb-state sb-state-dead-letter"' in body
-    waiting_page = admin_client.get(reverse(CHANGELIST) + "?retry_waiting=yes").content.decode()
+    waiting_page = admin_client.page(reverse(CHANGELIST) + "?retry_waiting=yes")
     assert waiting.id in waiting_page and 'sb-state-retry-waiting">retry-waiting' in waiting_page
     assert "retry in" in waiting_page
 
@@ -103,7 +103,7 @@ def test_changelist_state_filters_select_exactly(admin_client, make_todo, query,
         "lapsed": make_todo("q", state=TodoState.CLAIMED, attempt=1, lease_expires_at=Now() - timedelta(seconds=5)),
         "done": make_todo("q", state=TodoState.DONE),
     }
-    response = admin_client.get(reverse(CHANGELIST) + f"?{query}")
+    response = admin_client.ok(reverse(CHANGELIST) + f"?{query}")
     shown = {t.pk for t in response.context["cl"].result_list}
     assert shown == {todos[name].pk for name in expected}
 
@@ -111,7 +111,7 @@ def test_changelist_state_filters_select_exactly(admin_client, make_todo, query,
 def test_changelist_filter_choices_come_from_the_data(admin_client, make_todo):
     make_todo("alpha", kind="k1", source="s1", assignee="carol")
     make_todo("beta", kind="k2", source="s2")
-    body = admin_client.get(reverse(CHANGELIST)).content.decode()
+    body = admin_client.page(reverse(CHANGELIST))
     for value in ("?queue=alpha", "?queue=beta", "?kind=k1", "?kind=k2", "?source=s1", "?assignee=carol"):
         assert value in body
 
@@ -122,17 +122,17 @@ def test_changelist_counts_unfiltered_by_estimate_and_filtered_up_to_a_cap(admin
     for _ in range(4):
         make_todo("q")
     monkeypatch.setattr(EstimatedCountPaginator, "cap", 2)
-    body = admin_client.get(reverse(CHANGELIST) + "?queue=q").content.decode()
+    body = admin_client.page(reverse(CHANGELIST) + "?queue=q")
     assert "more than 2 todos" in body
     # unfiltered: PostgreSQL's estimate, fresh after ANALYZE
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE todos_todo")
-    assert "about 4 todos" in admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert "about 4 todos" in admin_client.page(reverse(CHANGELIST))
 
 
 def test_search_by_todo_id_is_exact(admin_client, make_todo):
     one, other = make_todo("q", title="one"), make_todo("q", title="other")
-    body = admin_client.get(reverse(CHANGELIST), {"q": one.id}).content.decode()
+    body = admin_client.page(reverse(CHANGELIST), {"q": one.id})
     assert one.id in body and other.id not in body
 
 
@@ -140,13 +140,13 @@ def test_search_matches_titles_and_takes_key_and_owner_by_prefix(admin_client, m
     by_title = make_todo("q", title="Deploy the thing")
     by_key = make_todo("q", title="x", idempotency_key="delivery-42:7")
     by_owner = make_todo("q", title="robot arm", owner="robot")
-    assert by_title.id in admin_client.get(reverse(CHANGELIST), {"q": "deploy"}).content.decode()
-    body = admin_client.get(reverse(CHANGELIST), {"q": "key:delivery-42:7"}).content.decode()
+    assert by_title.id in admin_client.page(reverse(CHANGELIST), {"q": "deploy"})
+    body = admin_client.page(reverse(CHANGELIST), {"q": "key:delivery-42:7"})
     assert by_key.id in body and by_title.id not in body
-    body = admin_client.get(reverse(CHANGELIST), {"q": "owner:robot"}).content.decode()
+    body = admin_client.page(reverse(CHANGELIST), {"q": "owner:robot"})
     assert by_owner.id in body and by_title.id not in body
     # Plain text searches titles only: a key without its prefix finds nothing.
-    body = admin_client.get(reverse(CHANGELIST), {"q": "delivery-42"}).content.decode()
+    body = admin_client.page(reverse(CHANGELIST), {"q": "delivery-42"})
     assert by_key.id not in body
 
 
@@ -171,7 +171,7 @@ def test_detail_shows_json_timeline_event_and_siblings(admin_client, agent, make
     [claimed] = queue.claim_next(agent=agent, queues=["q"])
     queue.fail(claimed.id, agent=agent, lease_id=claimed.lease_id, error="kaboom <b>")
     queue.retry_dead_letter(todo.id, mode="once", operator="ops", note="try again")
-    body = admin_client.get(reverse("admin:todos_todo_change", args=[quote(todo.id)])).content.decode()
+    body = admin_client.page(reverse("admin:todos_todo_change", args=[quote(todo.id)]))
     assert '<pre class="sb-json">{\n  &quot;a&quot;: [\n    1\n  ],\n  &quot;b&quot;: 2\n}</pre>' in body
     assert "attempt 1: kaboom &lt;b&gt;" in body  # escaped
     assert "operator retry" in body and "by ops, mode once: try again" in body
@@ -189,9 +189,12 @@ def test_detail_opens_for_an_id_that_looks_like_an_admin_escape(admin_client, ma
     event = Event.objects.create(source="gh", type="push", delivery_id="d2", payload={})
     Todo.objects.filter(pk=todo.pk).update(id=tricky, event=event)
     Todo.objects.filter(pk=sibling.pk).update(event=event)
-    response = admin_client.get(reverse("admin:todos_todo_change", args=[quote(tricky)]))
-    assert response.status_code == 200 and b"escaped" in response.content
-    sibling_page = admin_client.get(reverse("admin:todos_todo_change", args=[quote(sibling.pk)])).content.decode()
+    # A raw link is the admin's "doesn't exist" redirect to its index: the 302 and empty page of the flaky
+    # admin tests, found in issue 32's suite runs (test_api_progress, test_people_pages built raw links).
+    raw = admin_client.get(f"/admin/todos/todo/{tricky}/change/")  # raw on purpose
+    assert (raw.status_code, raw["Location"]) == (302, reverse("admin:index"))
+    assert "escaped" in admin_client.page(reverse("admin:todos_todo_change", args=[quote(tricky)]))
+    sibling_page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(sibling.pk)]))
     assert reverse("admin:todos_todo_change", args=[quote(tricky)]) in sibling_page
 
 
@@ -206,7 +209,9 @@ def test_detail_page_cannot_change_a_todo(admin_client, make_todo):
 def test_no_add_or_delete_of_todos(admin_client, make_todo):
     todo = make_todo("q")
     assert admin_client.get(reverse("admin:todos_todo_add")).status_code == 403
-    assert admin_client.post(reverse("admin:todos_todo_delete", args=[todo.id]), {"post": "yes"}).status_code == 403
+    assert (
+        admin_client.post(reverse("admin:todos_todo_delete", args=[quote(todo.id)]), {"post": "yes"}).status_code == 403
+    )
     assert Todo.objects.filter(pk=todo.pk).exists()
 
 
@@ -313,7 +318,7 @@ def test_action_refuses_an_offsite_return_address(admin_client, make_todo):
 def test_select_all_offers_every_matching_todo_not_a_capped_number(admin_client, make_todo):
     for _ in range(55):  # more than a page
         make_todo("q")
-    body = admin_client.get(reverse(CHANGELIST) + "?queue=q").content.decode()
+    body = admin_client.page(reverse(CHANGELIST) + "?queue=q")
     assert "Select every matching todo (all pages)" in body
 
 
@@ -331,7 +336,7 @@ def test_select_all_hands_over_to_the_batched_view(admin_client, dead):
 
 def test_bulk_confirm_page_describes_the_filter_and_changes_nothing(admin_client, dead):
     url = reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes&queue=github"
-    body = admin_client.get(url).content.decode()
+    body = admin_client.page(url)
     assert "dead-letter: <strong>yes</strong>" in body and "queue: <strong>github</strong>" in body
     assert "That is 3 todos now" in body
     assert Todo.objects.dead_lettered().count() == 3
@@ -369,8 +374,8 @@ def test_bulk_counts_skips_by_reason(admin_client, make_todo, dead):
 
 
 def test_bulk_is_offered_only_on_a_filtered_list(admin_client, dead):
-    assert b'id="sb-bulk"' not in admin_client.get(reverse(CHANGELIST)).content
-    body = admin_client.get(reverse(CHANGELIST) + "?dead=yes").content.decode()
+    assert b'id="sb-bulk"' not in admin_client.ok(reverse(CHANGELIST)).content
+    body = admin_client.page(reverse(CHANGELIST) + "?dead=yes")
     assert 'id="sb-bulk"' in body
     assert reverse("admin:todos_todo_bulk", args=["retry_reset"]) + "?dead=yes" in body
 

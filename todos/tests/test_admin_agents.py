@@ -47,7 +47,7 @@ def test_add_agent_shows_the_token_once_and_stores_only_its_hash(admin_client, a
     assert not _database_contains(token)
     assert Session.objects.exists()  # the session was checked, not absent
     # The change page never shows it again.
-    page = admin_client.get(reverse("admin:todos_agent_change", args=[agent.pk])).content.decode()
+    page = admin_client.page(reverse("admin:todos_agent_change", args=[agent.pk]))
     assert token not in page and agent.token_prefix in page
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 from django.db.models.functions import Now
+from django.urls import reverse
 
 from todos.models import Todo, TodoState
 
@@ -130,7 +132,7 @@ def test_operator_retries_two_dead_letters_and_opens_the_dashboard(live_server, 
         page.screenshot(path=str(SCREENSHOTS / "pending-after-retry-dark.png"), full_page=True)
         page.emulate_media(color_scheme="light")
 
-        page.goto(f"{live_server.url}/admin/todos/todo/{chosen[0]}/change/")
+        page.goto(live_server.url + reverse("admin:todos_todo_change", args=[quote(chosen[0])]))
         seen["detail"] = page.locator(".sb-timeline").inner_text()
         page.screenshot(path=str(SCREENSHOTS / "todo-detail.png"), full_page=True)
 

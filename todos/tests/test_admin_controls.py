@@ -58,7 +58,7 @@ def test_cancel_every_matching_todo_in_batches(admin_client, make_todo):
 
 def test_the_detail_page_offers_cancel_for_a_claimed_todo(admin_client, make_todo):
     todo = make_todo("jobs", state=TodoState.CLAIMED)
-    body = admin_client.get(reverse("admin:todos_todo_change", args=[quote(todo.id)])).content.decode()
+    body = admin_client.page(reverse("admin:todos_todo_change", args=[quote(todo.id)]))
     assert "Cancel (stop it for good" in body
 
 
@@ -121,8 +121,8 @@ def test_the_dashboard_shows_paused_queues_and_cancelled_counts(admin_client, ma
     make_todo("jobs")
     queue.cancel(cancelled.id, operator="ops")
     controls.pause("jobs")
-    body = admin_client.get(reverse("admin-dashboard")).content.decode()
+    body = admin_client.page(reverse("admin-dashboard"))
     assert 'sb-state-paused">paused' in body
-    data = admin_client.get(reverse("admin-dashboard-json")).json()
+    data = admin_client.ok(reverse("admin-dashboard-json")).json()
     [row] = data["queues"]
     assert (row["paused"], row["cancelled"], row["pending"]) == (True, 1, 1)

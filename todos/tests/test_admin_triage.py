@@ -36,7 +36,7 @@ def graveyard(make_todo):
 def test_list_shows_each_todos_last_error_shortened(admin_client, make_todo):
     long = "ValueError: " + "x" * 200
     todo = _dead(make_todo, long)
-    body = admin_client.get(reverse(CHANGELIST)).content.decode()
+    body = admin_client.page(reverse(CHANGELIST))
     assert 'class="field-last_error"' in body
     assert html.escape(long[:23]) + "…" in body  # cut in the cell, whole in the tooltip (to 120 characters)
     assert f'title="{html.escape(long[:120])}"' in body
@@ -44,7 +44,7 @@ def test_list_shows_each_todos_last_error_shortened(admin_client, make_todo):
 
 
 def test_dead_letters_are_grouped_by_last_error_largest_first(admin_client, graveyard):
-    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes"})
+    response = admin_client.ok(reverse(CHANGELIST), {"dead": "yes"})
     groups = response.context["error_groups"]
     assert [(g["count"], g["error"]) for g in groups] == [(4, "timeout"), (2, "KeyError 'pr'")]
     body = response.content.decode()
@@ -52,7 +52,7 @@ def test_dead_letters_are_grouped_by_last_error_largest_first(admin_client, grav
 
 
 def test_groups_follow_the_other_filters(admin_client, graveyard):
-    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "queue": "github"})
+    response = admin_client.ok(reverse(CHANGELIST), {"dead": "yes", "queue": "github"})
     assert [(g["count"], g["error"]) for g in response.context["error_groups"]] == [
         (3, "timeout"),
         (2, "KeyError 'pr'"),
@@ -60,13 +60,13 @@ def test_groups_follow_the_other_filters(admin_client, graveyard):
 
 
 def test_groups_are_shown_only_on_the_dead_letter_list(admin_client, graveyard):
-    assert "error_groups" not in admin_client.get(reverse(CHANGELIST)).context
-    assert "error_groups" not in admin_client.get(reverse(CHANGELIST), {"state": "failed"}).context
+    assert "error_groups" not in admin_client.ok(reverse(CHANGELIST)).context
+    assert "error_groups" not in admin_client.ok(reverse(CHANGELIST), {"state": "failed"}).context
 
 
 def test_a_groups_link_lists_exactly_that_group(admin_client, graveyard):
-    [timeout, _] = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "queue": "github"}).context["error_groups"]
-    body = admin_client.get(timeout["list_url"]).content.decode()
+    [timeout, _] = admin_client.ok(reverse(CHANGELIST), {"dead": "yes", "queue": "github"}).context["error_groups"]
+    body = admin_client.page(timeout["list_url"])
     for todo in graveyard["timeout"]:
         assert todo.id[:11] in body
     for todo in graveyard["keyerror"] + graveyard["other_queue"]:
@@ -74,7 +74,7 @@ def test_a_groups_link_lists_exactly_that_group(admin_client, graveyard):
 
 
 def test_one_action_retries_a_whole_group_and_nothing_else(admin_client, graveyard):
-    groups = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "queue": "github"}).context["error_groups"]
+    groups = admin_client.ok(reverse(CHANGELIST), {"dead": "yes", "queue": "github"}).context["error_groups"]
     [(_label, url)] = [a for a in groups[0]["actions"] if "once" in a[0].lower()]
     confirm = admin_client.get(url)
     assert confirm.status_code == 200 and b"last error: <strong>timeout</strong>" in confirm.content
@@ -88,7 +88,7 @@ def test_one_action_retries_a_whole_group_and_nothing_else(admin_client, graveya
 
 
 def test_discard_acts_on_a_whole_group(admin_client, graveyard):
-    groups = admin_client.get(reverse(CHANGELIST), {"dead": "yes"}).context["error_groups"]
+    groups = admin_client.ok(reverse(CHANGELIST), {"dead": "yes"}).context["error_groups"]
     [(_label, url)] = [a for a in groups[1]["actions"] if "discard" in a[0].lower()]
     admin_client.post(url, {"note": "bad payloads"}, follow=True)
     assert set(Todo.objects.filter(state=TodoState.DONE).values_list("pk", flat=True)) == {
@@ -107,7 +107,7 @@ def test_staff_who_may_only_view_see_groups_without_actions(client, django_user_
 
 
 def test_the_console_is_branded_switchboard(admin_client):
-    body = admin_client.get(reverse("admin:index")).content.decode()
+    body = admin_client.page(reverse("admin:index"))
     assert "<title>Operations | Switchboard</title>" in body
     assert "Django administration" not in body
     login = admin_client.get(reverse("admin:login") + "?next=/admin/")
@@ -129,16 +129,16 @@ def test_the_box_groups_only_the_newest_dead_letters_and_says_so(admin_client, m
         _dead(make_todo, "old cause", updated_at=now - timedelta(hours=5 + age))
     for age in range(3):
         _dead(make_todo, "new cause", updated_at=now - timedelta(minutes=age))
-    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes"})
+    response = admin_client.ok(reverse(CHANGELIST), {"dead": "yes"})
     assert [(g["count"], g["error"]) for g in response.context["error_groups"]] == [(3, "new cause")]
     assert response.context["error_groups_sample"] == 3
     assert "Grouped over the newest 3 dead-letters" in response.content.decode()
     # A group's link and actions still cover every matching dead-letter, not the sample.
-    everyone = admin_client.get(reverse(CHANGELIST), {"dead": "yes", "error": "old cause"})
+    everyone = admin_client.ok(reverse(CHANGELIST), {"dead": "yes", "error": "old cause"})
     assert everyone.context["cl"].result_count == 2
 
 
 def test_a_list_within_the_sample_is_grouped_whole_without_the_note(admin_client, graveyard):
-    response = admin_client.get(reverse(CHANGELIST), {"dead": "yes"})
+    response = admin_client.ok(reverse(CHANGELIST), {"dead": "yes"})
     assert response.context["error_groups_sample"] is None
     assert "Grouped over the newest" not in response.content.decode()

@@ -23,12 +23,12 @@ def waiting(agent, make_todo) -> Todo:
 
 def test_the_waiting_filter_lists_waiting_todos_only(admin_client, waiting, make_todo):
     make_todo("reviews", title="plain")
-    body = admin_client.get(reverse(CHANGELIST) + "?state=waiting").content.decode()
+    body = admin_client.page(reverse(CHANGELIST) + "?state=waiting")
     assert "needs sign-off" in body and "plain" not in body
 
 
 def test_the_detail_page_shows_what_it_waits_for_and_offers_approve_and_reject(admin_client, waiting):
-    body = admin_client.get(reverse("admin:todos_todo_change", args=[quote(waiting.id)])).content.decode()
+    body = admin_client.page(reverse("admin:todos_todo_change", args=[quote(waiting.id)]))
     assert "Waits for" in body and "&quot;token&quot;" in body and "Times out" in body
     assert "Approve a wait" in body and "Reject a wait" in body
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db.models.functions import Now
+from django.urls import reverse
 
 from todos import queue
 from todos.api.fields import MAX_CHECKPOINT_BYTES
@@ -102,5 +104,5 @@ def test_bad_progress_or_checkpoint_is_a_400_naming_the_field_and_changes_nothin
 
 def test_the_admin_todo_page_shows_progress_and_checkpoint(admin_client, api, claimed):
     _beat(api, claimed, progress={"percent": 30, "message": "indexing"}, checkpoint={"shard": 7})
-    page = admin_client.get(f"/admin/todos/todo/{claimed['id']}/change/").content.decode()
+    page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(claimed["id"])]))
     assert "indexing" in page and "shard" in page

@@ -26,7 +26,7 @@ def _seed(make_todo):
 def test_dashboard_json_counts_per_queue(admin_client, make_todo, django_assert_max_num_queries):
     _seed(make_todo)
     with django_assert_max_num_queries(8):  # 6, then issue 30: the orphan count and the last hour's usage
-        data = admin_client.get(reverse("admin-dashboard-json")).json()
+        data = admin_client.ok(reverse("admin-dashboard-json")).json()
     queues = {q["name"]: q for q in data["queues"]}
     alpha, beta = queues["alpha"], queues["beta"]
     assert (alpha["pending"], alpha["claimed"], alpha["retry_waiting"], alpha["dead_letters"]) == (2, 1, 1, 0)
@@ -40,7 +40,7 @@ def test_dashboard_json_counts_per_queue(admin_client, make_todo, django_assert_
 
 def test_dashboard_page_renders_counts_chart_and_refreshes(admin_client, make_todo):
     _seed(make_todo)
-    body = admin_client.get(reverse("admin-dashboard")).content.decode()
+    body = admin_client.page(reverse("admin-dashboard"))
     assert '<meta http-equiv="refresh" content="10">' in body
     assert '<svg class="sb-chart"' in body and 'class="sb-done"' in body
     assert "?queue=beta&amp;dead=yes" in body  # the dead-letters link straight to triage
@@ -48,8 +48,8 @@ def test_dashboard_page_renders_counts_chart_and_refreshes(admin_client, make_to
 
 
 def test_dashboard_with_no_queues_says_so(admin_client):
-    assert b"No queues yet" in admin_client.get(reverse("admin-dashboard")).content
+    assert b"No queues yet" in admin_client.ok(reverse("admin-dashboard")).content
 
 
 def test_admin_index_links_the_dashboard(admin_client):
-    assert reverse("admin-dashboard").encode() in admin_client.get(reverse("admin:index")).content
+    assert reverse("admin-dashboard").encode() in admin_client.ok(reverse("admin:index")).content

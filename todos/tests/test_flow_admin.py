@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.utils import timezone
 
 from todos import queue
@@ -27,7 +28,7 @@ def test_the_admin_shows_a_blocked_todo_and_lifts_the_park(admin_client: Any, ag
         until=timezone.now() + timedelta(hours=1),
         reason="429: resets 01:00",
     )
-    answer = admin_client.get(reverse("admin:todos_todo_change", args=[todo.id]))
+    answer = admin_client.get(reverse("admin:todos_todo_change", args=[quote(todo.id)]))
     assert answer.status_code == 200, (answer.status_code, answer.get("Location"))
     page = answer.content.decode()
     assert "blocked: openai parked until" in page and "429: resets 01:00" in page

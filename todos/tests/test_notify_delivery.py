@@ -104,7 +104,7 @@ def test_a_receiver_that_is_down_is_retried_with_backoff_then_dead_lettered(db, 
     assert run_notify() == "sent=0 failed=1\n"
     todo.refresh_from_db()
     assert todo.is_dead_letter and todo.attempt == 2
-    page = admin_client.get(reverse("admin:todos_todo_changelist"), {"dead": "yes", "queue": NOTIFY_QUEUE})
+    page = admin_client.ok(reverse("admin:todos_todo_changelist"), {"dead": "yes", "queue": NOTIFY_QUEUE})
     assert todo_id in page.content.decode()
 
 

@@ -8,8 +8,10 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.urls import reverse
 
 from todos import notices
 from todos.models import DecisionLink, Todo, TodoState, Waitpoint
@@ -250,7 +252,7 @@ def test_the_form_keeps_the_schemas_field_order_and_the_admin_links_the_page(api
     # An operator of this test's own, not pytest-django's shared "admin" (whatever an earlier test left of it).
     operator = browser()
     operator.force_login(User.objects.create_superuser("people-pages-operator", "op@example.com", "pw-op-123"))
-    answer = operator.get(f"/admin/todos/todo/{todo_id}/change/")
+    answer = operator.get(reverse("admin:todos_todo_change", args=[quote(todo_id)]))
     assert answer.status_code == 200, (answer.status_code, answer.get("Location"))
     admin_page = answer.content.decode()
     assert f'href="/decide/{todo_id}/"' in admin_page and "Open the decision page" in admin_page

@@ -284,7 +284,7 @@ def test_the_admin_lists_schedules_with_next_run_and_last_todo(admin_client):
     s = _make("listed", cron="0 3 * * *", timezone="Europe/Berlin")
     schedules.run_due_schedules(lookahead=24 * 3600)
     s.refresh_from_db()
-    page = admin_client.get(reverse("admin:todos_schedule_changelist")).content.decode()
+    page = admin_client.page(reverse("admin:todos_schedule_changelist"))
     assert "listed" in page and "03:00 CE" in page and s.last_todo_id in page
 
 

@@ -273,9 +273,9 @@ def _admin_page(todo_id: str) -> str:
 def test_the_admin_todo_page_links_parent_root_and_children(admin_client, agent):
     root = _held(agent)
     child, _ = queue.create(queue="jobs", agent=agent, parent=_receipt(root))
-    page = admin_client.get(_admin_page(child.id)).content.decode()
+    page = admin_client.page(_admin_page(child.id))
     assert f'parent <a href="{_admin_page(root.id)}">' in page and "depth 1" in page
-    page = admin_client.get(_admin_page(root.id)).content.decode()
+    page = admin_client.page(_admin_page(root.id))
     assert "parent none (a root)" in page and f'<a href="{_admin_page(child.id)}">' in page
 
 

@@ -157,10 +157,10 @@ def test_the_dashboard_sums_the_last_hours_usage_per_queue_and_per_agent(admin_c
     for cost in (0.25, 0.5):
         todo = _held(agent, "metered")
         queue.complete(todo.id, agent=agent, lease_id=str(todo.lease_id), usage={"cost_usd": cost, "tokens": 10})
-    body = admin_client.get(reverse("admin-dashboard-json")).json()
+    body = admin_client.ok(reverse("admin-dashboard-json")).json()
     assert body["usage_last_hour"] == {
         "queue": {"metered": {"cost_usd": 0.75, "tokens": 20.0}},
         "agent": {"alice": {"cost_usd": 0.75, "tokens": 20.0}},
     }
-    page = admin_client.get(reverse("admin-dashboard")).content.decode()
+    page = admin_client.page(reverse("admin-dashboard"))
     assert "queue metered: cost_usd 0.75, tokens 20" in page, page[page.find("sb-orphans") :][:800]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.urls import reverse
 
@@ -196,7 +197,7 @@ def test_the_dashboard_counts_orphans(admin_client, agent):
     other = _held(agent, children="cancel")
     _child(agent, other)
     queue.cancel(other.id, operator="ops")  # its child is cancelled with it: no orphan
-    body = admin_client.get(reverse("admin-dashboard-json")).json()
+    body = admin_client.ok(reverse("admin-dashboard-json")).json()
     assert body["orphans"] == 1
     assert Todo.objects.get(pk=kept.id).state == TodoState.PENDING
 
@@ -233,5 +234,5 @@ def test_the_admins_cascade_and_budget_actions(admin_client, agent):
     assert messages == ["1 cancelled with their unfinished descendants."]
     reason = Todo.objects.get(pk=child.id).errors[-1]["reason"]
     assert reason == f"ancestor {root.id} cancelled by admin"
-    page = admin_client.get(f"/admin/todos/todo/{root.id}/change/").content.decode()
+    page = admin_client.page(reverse("admin:todos_todo_change", args=[quote(root.id)]))
     assert "usage and budget" in page.lower() and "cost_usd" in page

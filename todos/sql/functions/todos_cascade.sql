@@ -6,8 +6,9 @@
 -- it marks `ids` with cascade {by, reason, visible}, which reap_once resumes; when it took less, it clears
 -- the mark. A cancelled claimed todo keeps its receipt as revoked_lease_id, so its holder's late complete is
 -- kept as a tombstone (sql.LATE_RESULT). Settles dependents of what it cancels and notifies their queues.
--- Lock order: descendants in walk order; queue.cancel runs it before cancelling the ancestor (a child's usage
--- report locks the child, then its root: the same order), the trigger of children: cancel after its finish.
+-- Lock order: descendants in walk order, after their ancestor: queue.cancel runs it after cancelling the
+-- ancestor, the trigger of children: cancel after its finish (a tree's lock order, ancestors first: a child's
+-- usage report or a fan-in's complete locks the root and parent before the child, todos/sql/trees.py).
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
 CREATE OR REPLACE FUNCTION todos_cascade(ids text[], by_whom text, why text, visible text[], bound integer)
  RETURNS integer
