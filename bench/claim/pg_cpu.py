@@ -129,8 +129,9 @@ def seed_mode(v: Version, backlog: int, mode: str) -> None:
                     now(), now(), 0, '', '{"tokens": 1000000000}')"""
             )
             conn.execute(
-                "UPDATE todos_todo SET parent_id = 'td_benchroot', root_id = 'td_benchroot', depth = 1 "
-                "WHERE queue = %s",
+                # budget_exhausted false: marked as in a budgeted tree, as a create under a parent marks it
+                "UPDATE todos_todo SET parent_id = 'td_benchroot', root_id = 'td_benchroot', depth = 1, "
+                "budget_exhausted = false WHERE queue = %s",
                 [QUEUE],
             )
         elif mode == "neighbours":
