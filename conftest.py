@@ -65,6 +65,15 @@ def make_agent(db: None) -> Callable[..., Agent]:
     return make
 
 
+@pytest.fixture(autouse=True)
+def _claims_ask_the_plain_statement_first() -> None:
+    """Each test starts with no remembered fair scopes (todos/queue/claim.py): a queue fair in one test is plain
+    in the next."""
+    from todos.queue.claim import forget_keyed_scopes
+
+    forget_keyed_scopes()
+
+
 @pytest.fixture
 def agent(make_agent: Callable[..., Agent]) -> Agent:
     return make_agent("alice")

@@ -19,6 +19,13 @@ LONG_POLL_MAX_SECONDS = 20.0  # wait_seconds of a claim or an await: under every
 # which at 2,000 waiters queued a wake behind ~1,000 re-polls (docs/benchmarks.md, "Waiting costs nothing").
 LONG_POLL_IDLE_SPREAD = 0.1
 
+# Fair claims (issue 31's cost bar): how long a process remembers that a claim's (scopes, queues) found a fair or
+# keyed queue eligible, and so runs CLAIM_NEXT_FAIR without first asking CLAIM_NEXT (todos/queue/claim.py); and
+# how many such (scopes, queues) it remembers at most (the queues filter is the caller's: forgotten all at once
+# beyond this).
+KEYED_SCOPES_MEMO_SECONDS = 10.0
+KEYED_SCOPES_MEMO_MAX = 1024
+
 # --- Creates ---
 MAX_CREATE_BATCH = 1000  # todos one batch create may insert: one statement, about 0.1 s (docs/benchmarks.md)
 MAX_DEPENDENCIES = 100  # depends_on and depends_on_index of one todo together

@@ -150,13 +150,16 @@ NOTES = {
     "claim_next, one queue with max_claimed and a rate limit, limit 10": "The queue's todos_queue row is "
     "locked (claimers of a limited queue take turns), todos_live_leases() counts its live leases from "
     "todo_live_leases, and the bucket's write-back updates that one row; the scan is the unlimited one.",
-    "claim_next, one fair queue, 1,000 keys, max_claimed_per_key 2, limit 10": "No queue lock: "
-    "todos_fair_walk (a function, so its reads see claims committed after the statement's snapshot) reads "
-    "todos_fairkey in pass order, checks each key for pending work at the queue's top priority (an EXISTS on "
-    "todo_fair_pending) and its live leases (todos_fair_live_leases), and locks the first 10 FOR NO KEY "
-    "UPDATE SKIP LOCKED; then one descent of todo_fair_pending per key, one todo each (weight 1); the passes "
-    "are written back by an update of those 10 rows. Plain queues never run this statement (CLAIM_NEXT "
-    "claims for them; queue.claim_next runs this one only when CLAIM_NEXT says a keyed queue is eligible).",
+    "claim_next, one fair queue, 1,000 keys, max_claimed_per_key 2, limit 10": "The queue's row is "
+    "locked FOR NO KEY UPDATE (issue 31: fair claimers take turns, until commit; the claim commits without "
+    "waiting for its flush, fair_commit). todos_fair_walk (a function, so its reads see claims committed after "
+    "the statement's snapshot; estimated at 4 rows, not 1,000) reads todos_fairkey in pass order, checks each "
+    "key for pending work at the queue's top priority (an EXISTS on todo_fair_pending) and its live leases "
+    "(todos_fair_live_leases), and locks the first 10 FOR NO KEY UPDATE SKIP LOCKED; then one descent of "
+    "todo_fair_pending per key from its first pending todo now (todos_fair_key_first, a fresh snapshot), one todo "
+    "each (weight 1); the passes are written back by an update of those 10 "
+    "rows. Plain queues never run this statement (CLAIM_NEXT claims for them; queue.claim_next runs this one "
+    "only when CLAIM_NEXT says a keyed queue is eligible).",
     "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
     "claim pays before CLAIM_NEXT_FAIR: the queue row, read as for any claim, is keyed, so ``quotas`` and "
     "``limited`` are empty, no todo is locked, and the statement answers its row of NULLs. Its buffers are the "

@@ -66,7 +66,7 @@ JSONObject = dict[str, Any]
 logger = logging.getLogger(__name__)
 _STR = {"type": "string"}
 _NUM = {"type": "number"}
-_ID = {"type": "string", "description": "Todo id (td_...)."}
+_ID = {"type": "string", "description": "td_... id."}
 _LEASE_ID = {"type": "string", "description": "Receipt from claim."}
 _LEASE_SECONDS = {"type": "number", "description": f"Lease seconds; default {settings.QUEUE_DEFAULT_LEASE_SECONDS}."}
 
@@ -314,6 +314,7 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "callback": {},  # {url, events}: a signed webhook when done or dead-lettered, as REST's
     "children": {},  # "cancel": its finish cancels what is left under it; "keep" (default)
     "budget": {},  # a root's {counter: limit}, as REST's
+    "limits": {},  # named limits it is held by, beside its queue's, as REST's (issue 31)
 }
 
 TOOLS: dict[str, Tool] = {

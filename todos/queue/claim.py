@@ -3,15 +3,49 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from todos import selectors, sql, tracing
 from todos.errors import InvalidTransitionInput, QueuesForbidden
-from todos.limits import MAX_CLAIM_BATCH
+from todos.limits import KEYED_SCOPES_MEMO_MAX, KEYED_SCOPES_MEMO_SECONDS, MAX_CLAIM_BATCH
 from todos.metrics import count_lapsed_claims, counted
 from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like
 from todos.queue._common import lease_for, one, owner
 from todos.rows import fetch_todos
+
+# The (claim scopes, queues) whose last claim found a keyed queue eligible (CLAIM_NEXT answered its row of NULLs),
+# and when (time.monotonic()). For KEYED_SCOPES_MEMO_SECONDS their claims run CLAIM_NEXT_FAIR at once: asking
+# CLAIM_NEXT first cost every fair claim a second statement (~0.3 ms, a sixth of a fair claim and complete), which
+# at 16 claimers on 2 cores was 307 / 291 / 516 against 527 / 386 / 559 jobs/s without it (docs/benchmarks.md).
+# Either answer is right whatever changed meanwhile: CLAIM_NEXT_FAIR claims from plain queues too (slower), and a
+# queue made fair is found by the next probe. Per process; bounded (KEYED_SCOPES_MEMO_MAX), then forgotten.
+_keyed_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+# The same for a limited queue (issue 32): CLAIM_NEXT's row of NULLs marked 'limited' (a queue with max_claimed or
+# a rate, and no keyed or flow one, among the caller's); their claims run CLAIM_NEXT_LIMITED at once. Either answer
+# stays right: CLAIM_NEXT_LIMITED claims from plain queues too, and hands a keyed or flow one to CLAIM_NEXT_FAIR.
+_limited_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+
+
+def _remembered(
+    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
+) -> bool:
+    seen = memo.get(key)
+    return seen is not None and time.monotonic() - seen < KEYED_SCOPES_MEMO_SECONDS
+
+
+def _remember(
+    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
+) -> None:
+    if len(memo) >= KEYED_SCOPES_MEMO_MAX:
+        memo.clear()
+    memo[key] = time.monotonic()
+
+
+def forget_keyed_scopes() -> None:
+    """Forget every remembered (scopes, queues): tests start from a claim that asks CLAIM_NEXT first."""
+    _keyed_scopes.clear()
+    _limited_scopes.clear()
 
 
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
@@ -33,19 +67,29 @@ def claim_next(
         raise InvalidTransitionInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}.", field="limit")
     if queues and (outside := agent.outside_claim_scopes(queues)):
         raise QueuesForbidden(outside)
+    scopes = agent.claim_like_patterns()
+    wanted = [glob_to_like(q) for q in queues] if queues else ALL_QUEUES
     params = {
-        "scopes": agent.claim_like_patterns(),
-        "wanted": [glob_to_like(q) for q in queues] if queues else ALL_QUEUES,
+        "scopes": scopes,
+        "wanted": wanted,
         "agent": agent.name,
         "owner": owner(agent, worker),
         "limit": limit,
         "lease_seconds": lease_for(lease_seconds),
     }
-    todos = fetch_todos(sql.CLAIM_NEXT, params)
-    if todos and todos[0].id is None and todos[0].kind == "limited":  # a limited queue is (issue 32)
-        todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
-    if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
+    memo = (tuple(scopes), tuple(wanted))
+    if _remembered(_keyed_scopes, memo):
         todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+    else:
+        limited = _remembered(_limited_scopes, memo)
+        todos = fetch_todos(sql.CLAIM_NEXT_LIMITED if limited else sql.CLAIM_NEXT, params)
+        if not limited and todos and todos[0].id is None and todos[0].kind == "limited":
+            # Only limited queues (max_claimed, a rate) and plain ones among the caller's (issue 32).
+            _remember(_limited_scopes, memo)
+            todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
+        if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
+            _remember(_keyed_scopes, memo)
+            todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim

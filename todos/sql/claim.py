@@ -441,10 +441,15 @@ fair_keys AS MATERIALIZED (
         CROSS JOIN LATERAL (SELECT COALESCE((fq.fair_weights ->> w.key)::double precision, 1) AS weight) wt
     ) k
 ),
+-- Each walked key's todos from its first pending one now (todos_fair_key_first, a fresh snapshot): this
+-- statement's snapshot still shows the todos the claimers before it took as pending, and a scan from the key's
+-- head re-checked each of them under the queue's lock.
 fair_pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk CROSS JOIN LATERAL (
+    SELECT p.id, p.queue, p.priority, p.run_at, p.fair_key, p.limits FROM fair_keys fk
+    CROSS JOIN LATERAL todos_fair_key_first(fk.queue, fk.key, %(agent)s) head CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.fair_key, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = fk.queue AND t.fair_key = fk.key
+          AND (t.priority, t.run_at) >= (head.priority, head.run_at)
           AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
         ORDER BY t.priority, t.run_at
         LIMIT fk.room
@@ -545,9 +550,16 @@ fair_pruned AS (
     ) AND NOT todos_fair_key_pending(k.queue, k.key)
 ),
 {_bucket("SELECT queue, count(*) AS n FROM chosen GROUP BY queue")},
-{flow.bucket("flow_pool", "SELECT id FROM chosen")}
+{flow.bucket("flow_pool", "SELECT id FROM chosen")},
+-- This transaction commits without waiting for its WAL to reach disk (synchronous_commit off, local to it: a
+-- claim in autocommit is its own transaction). The queue's row is held until commit, so the flush was inside
+-- every fair claimer's turn, one after another; the next claimer sees the commit at once (visibility does not
+-- wait for the flush). What a database crash can lose is the last few hundred milliseconds of fair claims: their
+-- todos are pending again, as after a lapsed lease (at-least-once delivery; the holder's next step is a 409),
+-- and the keys' passes and buckets written with them. Creates and completions keep synchronous commits.
+fair_commit AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 UPDATE todos_todo t SET {_CLAIM_SET}
-WHERE t.id = ANY(ARRAY(SELECT id FROM chosen))
+WHERE t.id = ANY(ARRAY(SELECT id FROM chosen)) AND EXISTS (SELECT FROM fair_commit)
 RETURNING {_RETURNING_T}
 """
 

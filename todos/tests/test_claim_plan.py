@@ -180,3 +180,31 @@ def test_the_claim_statements_are_planned_once_per_connection_not_on_every_claim
     assert set(plans) == {False, True}, plans  # CLAIM_NEXT (16 runs) and CLAIM_NEXT_FAIR (8), both prepared
     for generic, custom in plans.values():
         assert custom <= 5 and generic >= 3, plans
+
+
+def test_a_fair_claim_after_the_first_runs_only_the_fair_statement_and_either_answer_stays_right(agent, make_todo):
+    """Issue 31's cost bar: once CLAIM_NEXT has said a keyed queue is eligible for these (scopes, queues), the
+    process runs CLAIM_NEXT_FAIR at once for KEYED_SCOPES_MEMO_SECONDS. A queue made plain meanwhile is still
+    claimed (by the fair statement), and one made fair is found by the next probe."""
+    from todos.queue.claim import _keyed_scopes as memo
+
+    def claims_in(ran: list[str]) -> list[str]:
+        return [s for s in ran if s in (sql.CLAIM_NEXT, sql.CLAIM_NEXT_FAIR)]
+
+    for _ in range(3):
+        make_todo("fair.q")
+    controls.set_limits("fair.q", fair=True)
+    with _statements() as ran:
+        queue.claim_next(agent=agent, queues=["fair.q"])
+        queue.claim_next(agent=agent, queues=["fair.q"])
+    assert claims_in(ran) == [sql.CLAIM_NEXT, sql.CLAIM_NEXT_FAIR, sql.CLAIM_NEXT_FAIR]
+    controls.set_limits("fair.q", fair=False)
+    with _statements() as ran:
+        [todo] = queue.claim_next(agent=agent, queues=["fair.q"])
+    assert claims_in(ran) == [sql.CLAIM_NEXT_FAIR] and todo.queue == "fair.q"
+    # Remembered scopes expire: a queue that stayed plain is asked of CLAIM_NEXT again.
+    memo.update({k: v - 60 for k, v in memo.items()})
+    make_todo("fair.q")
+    with _statements() as ran:
+        assert queue.claim_next(agent=agent, queues=["fair.q"])
+    assert claims_in(ran) == [sql.CLAIM_NEXT]

@@ -235,3 +235,28 @@ def test_a_batch_create_registers_each_key_of_its_pending_todos_once(agent):
     queue.create_many(items)
     assert sorted(FairKey.objects.filter(queue="tenants.batch").values_list("key", flat=True)) == ["a", "b", "c"]
     assert Counter(t.fair_key for t in _claim_all(agent, "tenants.batch", 5)) == {"a": 2, "b": 2, "c": 1}
+
+
+def test_a_fair_claim_commits_without_waiting_for_its_flush_and_a_plain_claim_waits(agent):
+    """The queue's row is held until commit, so a synchronous flush was inside every fair claimer's turn
+    (issue 31's cost bar): the fair claim turns synchronous_commit off for its own transaction only. A plain
+    claim, and the session after the fair claim's transaction, keep the server's setting."""
+    from django.db import transaction
+
+    Queue.objects.create(name="plainq")
+    Queue.objects.create(name="fairq", fair=True)
+    seed_keyed("plainq", "a", 1)
+    seed_keyed("fairq", "a", 1)
+
+    def setting() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return str(cursor.fetchone()[0])
+
+    with transaction.atomic():
+        assert queue.claim_next(agent=agent, queues=["plainq"])
+        assert setting() == "on"
+    with transaction.atomic():
+        assert queue.claim_next(agent=agent, queues=["fairq"])
+        assert setting() == "off"
+    assert setting() == "on"

@@ -14,6 +14,9 @@ from todos import flow, queue
 from todos.errors import TodoConflict
 from todos.limits import MAX_LIMITS_NAMED
 from todos.models import Agent, Limit, Todo
+from todos.tests.mcp_live import mcp_base
+
+__all__ = ["mcp_base"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.django_db
 
@@ -96,3 +99,24 @@ def test_parking_needs_the_current_receipt(api: Any, make_agent: Any, api_for: A
     response = api.post(f"/todos/{held['id']}/release/", {"lease_id": "ls_" + "0" * 32, "park": park})
     assert response.status_code == 409
     assert not Limit.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_limit_names_over_mcp_create_for_are_data_as_over_rest(mcp_base: str, agent: Agent) -> None:
+    """create_for takes ``limits`` (issue 31's leftover): the same field as POST /todos/, so a pattern or SQL text
+    is invalid there too, naming the field, and nothing is created; a real name holds the todo."""
+    from todos.tests.test_mcp_tools import error, ok, run
+
+    async def scenario(client: Any) -> list[Any]:
+        return [
+            error(await client.call_tool("create_for", {"queue": "jobs", "limits": ["op%"]})),
+            error(
+                await client.call_tool("create_for", {"queue": "jobs", "limits": ["a'); DROP TABLE todos_limit; --"]})
+            ),
+            ok(await client.call_tool("create_for", {"queue": "jobs", "limits": ["openai"]})),
+        ]
+
+    *refused, made = run(mcp_base, agent.token, scenario)
+    assert all("limits" in json.dumps(r) for r in refused), refused
+    assert [t.limits for t in Todo.objects.all()] == [["openai"]]
+    assert made["todo"]["limits"] == ["openai"]

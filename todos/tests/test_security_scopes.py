@@ -365,3 +365,18 @@ def test_purge_never_prunes_a_queue_a_create_is_writing_to(make_agent):
         writer.join()
     assert "jobs.spent" in _queues()
     assert [t.id for t in queue.claim_next(agent=agent, queues=["jobs.*"])] == made
+
+
+def test_claims_naming_ever_new_queue_filters_keep_the_fair_scopes_memo_bounded(agent, make_todo):
+    """Issue 31's cost bar: each process remembers the (scopes, queues) whose claims found a fair queue
+    (todos/queue/claim.py). The queues filter is the caller's own text: a compromised token sending a new glob
+    on every claim must not grow that memo without bound (KEYED_SCOPES_MEMO_MAX, then forgotten at once)."""
+    from todos import controls, queue
+    from todos.limits import KEYED_SCOPES_MEMO_MAX
+    from todos.queue.claim import _keyed_scopes as memo
+
+    make_todo("alpha")
+    controls.set_limits("alpha", fair=True)
+    for i in range(KEYED_SCOPES_MEMO_MAX + 5):
+        queue.claim_next(agent=agent, queues=["alpha", f"alpha.{i}"])
+    assert 0 < len(memo) <= KEYED_SCOPES_MEMO_MAX

@@ -1,9 +1,11 @@
 -- Lock one fair key's row (SKIP LOCKED unless wait) and return its pass, if it is under its cap: the
 -- fair claim's lapsed, due and scheduled candidates (todos/sql/claim.py).
+-- ROWS 1 (migration 0039): one key's row or none; the default estimate of 1,000 multiplied the claim's cost.
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
 CREATE OR REPLACE FUNCTION todos_fair_lock_key(queue_name text, fair_key text, cap integer, wait boolean)
  RETURNS TABLE(key text, vtime double precision)
  LANGUAGE plpgsql
+ ROWS 1
 AS $function$
 #variable_conflict use_column
 DECLARE

@@ -1,10 +1,15 @@
 -- The fair claim's walk: the keys of one queue in (vtime, key) order, locked one at a time with SKIP
 -- LOCKED, that have claimable work for this agent (todos/sql/claim.py, docs/architecture.md#fair-share-issue-22),
 -- and, on a queue with rate_per_key (key_rate, issue 31), a whole token in their bucket (times their weight).
+-- ROWS 4 (migration 0039): it returns at most the claim's quota of keys, one for a single claim. At the default
+-- estimate of 1,000 keys, each key's backlog multiplied the fair claim's estimated cost by 1,000: two keys of
+-- 10,000 todos costed its generic plan at ~9.2M units against ~33k, and the plan cache, comparing later custom
+-- plans with that stale cost, planned every fair claim afresh (docs/benchmarks.md, issue 31's cost bar).
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
 CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer, key_rate double precision, weights jsonb)
  RETURNS TABLE(key text, vtime double precision)
  LANGUAGE plpgsql
+ ROWS 4
 AS $function$
 #variable_conflict use_column
 DECLARE
