@@ -33,7 +33,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -372,7 +372,13 @@ def main() -> None:
     def pg(v: Version, c: int, variant: str = "plain") -> Callable[[], float]:
         def run() -> float:
             seed(v.url, args.backlog, v.today, variant)
-            tps, warn = pgbench(v.url, script(v, variant.startswith("fair:")), c, args.seconds)
+            # Since issue 32 a limited queue's claim is CLAIM_NEXT (its row of NULLs), then CLAIM_NEXT_LIMITED.
+            fair, run = variant.startswith("fair:"), v
+            if variant in ("max_claimed", "rate") and v.today:
+                from todos import sql
+
+                fair, run = True, replace(v, fair_claim=sql.CLAIM_NEXT_LIMITED)
+            tps, warn = pgbench(v.url, script(run, fair), c, args.seconds)
             if warn:
                 print(f"    {v.name} {c}: {warn}", flush=True)
             return tps

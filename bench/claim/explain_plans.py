@@ -334,10 +334,11 @@ def plans() -> list[Plan]:
         (
             Plan(
                 "claim_next, one queue with max_claimed and a rate limit, limit 10",
-                "sql.CLAIM_NEXT",
+                "sql.CLAIM_NEXT_LIMITED",
                 "todo_pending_claim_scan",
             ),
-            sql.CLAIM_NEXT,
+            # queue.claim_next runs it after CLAIM_NEXT's row of NULLs marked 'limited' (issue 32)
+            sql.CLAIM_NEXT_LIMITED,
             {**claim, "wanted": ["github.push"], "limit": 10},
             "UPDATE todos_queue SET max_claimed = 1000, rate_per_second = 100, rate_burst = 100, tokens = 100, "
             "refilled_at = now() WHERE name = 'github.push'",

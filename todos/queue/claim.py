@@ -21,11 +21,31 @@ from todos.rows import fetch_todos
 # Either answer is right whatever changed meanwhile: CLAIM_NEXT_FAIR claims from plain queues too (slower), and a
 # queue made fair is found by the next probe. Per process; bounded (KEYED_SCOPES_MEMO_MAX), then forgotten.
 _keyed_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+# The same for a limited queue (issue 32): CLAIM_NEXT's row of NULLs marked 'limited' (a queue with max_claimed or
+# a rate, and no keyed or flow one, among the caller's); their claims run CLAIM_NEXT_LIMITED at once. Either answer
+# stays right: CLAIM_NEXT_LIMITED claims from plain queues too, and hands a keyed or flow one to CLAIM_NEXT_FAIR.
+_limited_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+
+
+def _remembered(
+    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
+) -> bool:
+    seen = memo.get(key)
+    return seen is not None and time.monotonic() - seen < KEYED_SCOPES_MEMO_SECONDS
+
+
+def _remember(
+    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
+) -> None:
+    if len(memo) >= KEYED_SCOPES_MEMO_MAX:
+        memo.clear()
+    memo[key] = time.monotonic()
 
 
 def forget_keyed_scopes() -> None:
     """Forget every remembered (scopes, queues): tests start from a claim that asks CLAIM_NEXT first."""
     _keyed_scopes.clear()
+    _limited_scopes.clear()
 
 
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
@@ -58,15 +78,17 @@ def claim_next(
         "lease_seconds": lease_for(lease_seconds),
     }
     memo = (tuple(scopes), tuple(wanted))
-    seen = _keyed_scopes.get(memo)
-    if seen is not None and time.monotonic() - seen < KEYED_SCOPES_MEMO_SECONDS:
+    if _remembered(_keyed_scopes, memo):
         todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     else:
-        todos = fetch_todos(sql.CLAIM_NEXT, params)
+        limited = _remembered(_limited_scopes, memo)
+        todos = fetch_todos(sql.CLAIM_NEXT_LIMITED if limited else sql.CLAIM_NEXT, params)
+        if not limited and todos and todos[0].id is None and todos[0].kind == "limited":
+            # Only limited queues (max_claimed, a rate) and plain ones among the caller's (issue 32).
+            _remember(_limited_scopes, memo)
+            todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
         if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
-            if len(_keyed_scopes) >= KEYED_SCOPES_MEMO_MAX:
-                _keyed_scopes.clear()
-            _keyed_scopes[memo] = time.monotonic()
+            _remember(_keyed_scopes, memo)
             todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)

@@ -37,6 +37,9 @@ _CLAIM_SET = f"""
 # Queue controls (issue 11), the CTEs every claim starts with. ``eligible`` is a condition on todos_queue q:
 # the queues this claim may take from. Each comes out of ``quotas`` with how many todos this claim may
 # take from it (%(limit)s for an unlimited queue; a paused queue is not there at all).
+#  * Since issue 32 only CLAIM_NEXT_FAIR and CLAIM_ONE claim from a limited queue; the plain CLAIM_NEXT's
+#    ``quotas`` is empty when a limited, keyed or flow queue is among the caller's (it answers the row of
+#    NULLs). What follows about ``limited`` is theirs.
 #  * Plain queues (no limit, not keyed) are read as in wave 1: no lock, no count, no write. ``limited`` is
 #    then empty, and every branch below that only a controlled queue needs hangs off it: PostgreSQL runs
 #    none of them (issue 19: a plain queue's claim back at wave 1's cost).
@@ -60,7 +63,9 @@ _CLAIM_SET = f"""
 _KEYED = "(q.fair OR q.max_claimed_per_key IS NOT NULL)"
 # The plain claim (CLAIM_NEXT) takes nothing, and locks no queue row, when a keyed queue is among the
 # caller's: a one-time filter over ``queues``, which it reads anyway.
-_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow)"
+_NO_KEYED = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow OR k.limited)"
+# CLAIM_NEXT_LIMITED's (issue 32): it claims from limited queues, and hands keyed and flow ones over.
+_NO_KEYED_OR_FLOW = "NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow)"
 # A queue that names limits (issue 31): its claims are CLAIM_NEXT_FAIR's, as a keyed queue's.
 _FLOW = "(q.limits IS NOT NULL)"
 # The queues whose claims take turns on the queue's row (issue 31): limited ones (their count and bucket) and
@@ -72,11 +77,11 @@ _FLOW = "(q.limits IS NOT NULL)"
 _SERIALIZED = "(queues.limited OR queues.keyed)"
 
 
-def _queue_quotas(eligible: str, *, fair: bool = False) -> str:
+def _queue_quotas(eligible: str, *, fair: bool = False, limited: bool = False) -> str:
     """The queue controls' CTEs: for CLAIM_NEXT_FAIR and CLAIM_ONE (``fair``) every eligible queue, keyed
     ones with their fair settings; for the plain CLAIM_NEXT, what a claim read before fair share, and nothing
     at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
-    if not fair:
+    if limited:
         return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
         {_FLOW} AS flow
@@ -91,18 +96,30 @@ limited AS MATERIALIZED (
     FROM queues JOIN todos_queue q ON q.name = queues.name
     WHERE queues.limited AND NOT q.paused  -- re-checked on the latest row: a pause that committed meanwhile
       AND NOT {_KEYED} AND NOT {_FLOW}  -- and fair share or limits set meanwhile: CLAIM_NEXT_FAIR's to keep
-      AND {_NO_KEYED}
+      AND {_NO_KEYED_OR_FLOW}
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
 ),
 quotas AS MATERIALIZED (
-    SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited AND {_NO_KEYED}
+    SELECT name, %(limit)s::integer AS quota FROM queues WHERE NOT limited AND {_NO_KEYED_OR_FLOW}
     UNION ALL
     -- LEAST ignores NULLs: a control that is not set does not limit.
     SELECT name, GREATEST(LEAST(%(limit)s::integer,
         CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
         floor(tokens)::integer), 0)
     FROM limited
+)"""
+    if not fair:
+        # Plain queues only (issue 32): a limited queue's claims are CLAIM_NEXT_FAIR's too, so this statement
+        # carries no lock, count, bucket or per-queue quota for controls a plain queue does not use.
+        return f"""queues AS MATERIALIZED (
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
+        {_FLOW} AS flow
+    FROM todos_queue q
+    WHERE {eligible} AND NOT q.paused
+),
+quotas AS MATERIALIZED (
+    SELECT name, %(limit)s::integer AS quota FROM queues WHERE {_NO_KEYED}
 )"""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
@@ -193,11 +210,12 @@ due AS MATERIALIZED (
 #    across the caller's queues, and for batch claims.
 #  * Due scheduled todos come from todo_scheduled_due, also one descent per queue: the range
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
-#  * Queue controls: _queue_quotas above; each branch takes at most the queue's quota, and ``chosen``
-#    keeps at most that many per queue across the branches, in claim order. With no limited queue among
-#    the caller's, ``chosen`` is wave 1's: the candidates in claim order.
+#  * Plain queues only (issue 32): limited queues (max_claimed, a rate) are CLAIM_NEXT_FAIR's, as keyed ones
+#    are, so ``chosen`` is wave 1's, the candidates in claim order, and the statement carries no queue-row
+#    lock, lease count, bucket write or per-queue quota: a plain queue pays nothing for controls it does not
+#    use (bench/claim/pg_cpu.py; a limited queue pays this statement's row of NULLs before its claim).
 #  * Keyed queues (fair share, issue 22) are CLAIM_NEXT_FAIR's. When one is among the caller's queues, this
-#    statement takes nothing and locks nothing (``quotas`` and ``limited`` are empty) and returns one row
+#    statement takes nothing and locks nothing (``quotas`` is empty) and returns one row
 #    of NULLs instead: queue.claim_next then runs CLAIM_NEXT_FAIR, which claims from all of them, so
 #    priority stays global across a scope of plain and fair queues. Telling costs a plain claim no read:
 #    ``keyed`` comes from the queue rows it reads anyway, and PostgreSQL initialises no fair-share plan node
@@ -231,8 +249,61 @@ _CALLERS = (
 _LIMIT = "(SELECT %(limit)s::integer)"
 # The row that tells queue.claim_next to run CLAIM_NEXT_FAIR: every column NULL (a claimed todo's id never is).
 _RUN_FAIR = "SELECT " + ", ".join("NULL" for _ in _RETURNING_T.split(","))
+# CLAIM_NEXT's row of NULLs (issue 32): its kind says 'limited' when a limited queue (max_claimed, rate) and no
+# keyed or flow one is among the caller's: queue.claim_next then runs CLAIM_NEXT_LIMITED, else CLAIM_NEXT_FAIR.
+_RUN_LIMITED = "SELECT " + ", ".join(
+    "CASE WHEN NOT EXISTS (SELECT FROM queues WHERE keyed OR flow) AND EXISTS (SELECT FROM queues WHERE limited) "
+    "THEN 'limited' END"
+    if c.strip() == "t.kind"
+    else "NULL"
+    for c in _RETURNING_T.split(",")
+)
 CLAIM_NEXT = f"""
 WITH {_queue_quotas(_CALLERS)},
+pending AS MATERIALIZED (
+    SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
+        WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
+          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
+        -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
+        -- so no other index can ever serve this order: the planner once served the claim from the admin's
+        -- created_at index and walked the done history at its head on every claim (migration 0007: in a
+        -- 45 s soak, 10,000 buffers a claim, throughput down by two thirds).
+        ORDER BY t.priority, t.run_at NULLS FIRST
+        LIMIT quotas.quota
+        FOR UPDATE SKIP LOCKED
+    ) p
+),
+{_time_branches("id, queue, priority, run_at, limits")}
+candidates AS (
+    SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
+),
+-- The candidates in claim order, as wave 1 took them (no controlled queue reaches this point: ``quotas``).
+chosen AS MATERIALIZED (
+    SELECT id, queue, limits FROM candidates ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT}
+),
+-- A chosen todo that names a limit (issue 31) is CLAIM_NEXT_FAIR's: this statement then takes nothing and
+-- answers the row of NULLs. A plain todo's limits column is NULL: one test per chosen row.
+handed AS MATERIALIZED (
+    SELECT id, queue FROM chosen WHERE NOT EXISTS (SELECT FROM chosen c WHERE c.limits IS NOT NULL)
+),
+claimed AS (
+    UPDATE todos_todo t SET {_CLAIM_SET}
+    WHERE t.id = ANY(ARRAY(SELECT id FROM handed))
+    RETURNING {_RETURNING_T}
+)
+SELECT * FROM claimed
+UNION ALL
+{_RUN_LIMITED}
+WHERE EXISTS (SELECT FROM queues WHERE keyed OR flow OR limited) OR EXISTS (SELECT FROM chosen WHERE limits IS NOT NULL)
+"""
+
+# claim_next_limited (issue 32): CLAIM_NEXT as it was before issue 32, for a caller with a limited queue (max_claimed
+# or a rate) among its queues and no keyed or flow one: queue.claim_next runs it when CLAIM_NEXT answers its row
+# of NULLs marked kind = 'limited'. Guard, locks and indexes as CLAIM_NEXT's, plus _queue_quotas' lock and count
+# of the limited queues' rows; it hands over to CLAIM_NEXT_FAIR (its own row of NULLs) as CLAIM_NEXT does.
+CLAIM_NEXT_LIMITED = f"""
+WITH {_queue_quotas(_CALLERS, limited=True)},
 pending AS MATERIALIZED (
     SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
@@ -545,5 +616,6 @@ def _within_budget(statement: str) -> str:
 
 
 CLAIM_NEXT = _within_budget(CLAIM_NEXT)
+CLAIM_NEXT_LIMITED = _within_budget(CLAIM_NEXT_LIMITED)
 CLAIM_NEXT_FAIR = _within_budget(CLAIM_NEXT_FAIR)
 CLAIM_ONE = _within_budget(CLAIM_ONE)

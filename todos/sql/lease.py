@@ -3,7 +3,7 @@ which tells a refused transition's not found from its conflict.
 """
 
 from todos import states as S
-from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying
+from todos.sql.common import _ERRORS_KEPT, _HOLDS_RECEIPT, _TODO_COLUMNS, _finishing, _notifying, holder_is
 from todos.sql.trees import BUDGET_OPEN, ROLLED_UP, USAGE_SET, ancestors_first
 
 # heartbeat: extend the lease. With the current receipt this also takes back a lapsed todo that was
@@ -117,7 +117,7 @@ UPDATE todos_todo t SET
     lease_expires_at = NULL,
     next_retry_at = NULL
 FROM unnest(%(ids)s::text[], %(lease_ids)s::text[], %(results)s::jsonb[]) AS items(id, lease_id, result)
-WHERE t.id = items.id AND t.lease_id = items.lease_id AND split_part(t.owner, '/', 1) = %(agent)s
+WHERE t.id = items.id AND t.lease_id = items.lease_id AND {holder_is("t")}
   AND t.queue LIKE ANY(%(visible)s::text[]) AND {_UNFINISHED.sql("t")}
 RETURNING {", ".join("t." + c.strip() for c in _TODO_COLUMNS.split(","))}
 """,

@@ -5,7 +5,7 @@ predicate).
 
 from todos import limits
 from todos import states as S
-from todos.sql.common import _TODO_COLUMNS, NOTIFY_CHANNEL
+from todos.sql.common import _TODO_COLUMNS, NOTIFY_CHANNEL, holder_is
 
 # --- Cascading cancel ------------------------------------------------------------------------------------
 
@@ -29,11 +29,11 @@ FROM todos_todo WHERE cascade IS NOT NULL ORDER BY id LIMIT %(n)s
 # receipt a cancel revoked (revoked_lease_id, the same agent, a queue it may see) keeps its result on the
 # todo as a tombstone, once (the first late result wins), not applied: the state stays cancelled, the
 # result column untouched and no dependent is settled again. Guard: the WHERE; lock: the row.
-LATE_RESULT = """
+LATE_RESULT = f"""
 UPDATE todos_todo t SET
     late_result = jsonb_build_object('result', %(result)s::jsonb, 'at', now(), 'owner', t.owner),
     updated_at = now()
-WHERE t.id = %(id)s AND t.revoked_lease_id = %(lease_id)s AND split_part(t.owner, '/', 1) = %(agent)s
+WHERE t.id = %(id)s AND t.revoked_lease_id = %(lease_id)s AND {holder_is("t")}
   AND t.queue LIKE ANY(%(visible)s::text[]) AND t.state = 'cancelled' AND t.late_result IS NULL
 RETURNING t.id
 """

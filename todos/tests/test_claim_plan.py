@@ -173,7 +173,7 @@ def test_the_claim_statements_are_planned_once_per_connection_not_on_every_claim
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT statement LIKE '%%fair_register AS%%', generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow)%%' "
+            "WHERE statement LIKE '%%NOT EXISTS (SELECT FROM queues k WHERE k.keyed OR k.flow OR k.limited)%%' "
             "OR statement LIKE '%%fair_register AS%%'"
         )
         plans = {fair: (generic, custom) for fair, generic, custom in cursor.fetchall()}

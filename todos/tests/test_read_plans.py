@@ -104,6 +104,6 @@ def test_a_claims_due_retries_are_one_descent_per_queue_never_other_queues_due_r
         cursor.execute("VACUUM ANALYZE todos_todo")
     params = {"scopes": ALL, "wanted": ["mine"], "agent": "a", "owner": "a", "limit": 1, "lease_seconds": 60.0}
     plan = _explain(sql.CLAIM_NEXT, params)
-    due = plan.split("CTE due", 1)[1].split("CTE candidates", 1)[0]  # the next CTE of the statement
+    due = plan.split("CTE due", 1)[1].split("CTE chosen", 1)[0]  # the next CTE in the plan (candidates is inlined)
     assert "todo_retry_queue_due" in due and "Sort" not in due, plan
     assert max(_retry_rows_read(due)) <= 1, plan  # mine's one due retry, none of busy's 3,000

@@ -112,10 +112,13 @@ def test_the_agents_explain_says_why_its_claim_got_nothing(api, agent, make_todo
 
 
 def test_explains_fragments_are_the_claim_statements_own_text():
-    for statement in (sql.CLAIM_NEXT, sql.CLAIM_NEXT_FAIR, sql.CLAIM_ONE):
+    for statement in (sql.CLAIM_NEXT, sql.CLAIM_NEXT_LIMITED, sql.CLAIM_NEXT_FAIR, sql.CLAIM_ONE):
         assert f"{explain_sql.ASSIGNEE} AND {sql.BUDGET_OPEN}" in statement
-        assert explain_sql.TOKENS in statement
         assert explain_sql.PAUSED in statement
+    # A limited queue's claims are CLAIM_NEXT_LIMITED's, CLAIM_NEXT_FAIR's and CLAIM_ONE's (issue 32): the plain
+    # CLAIM_NEXT counts no lease and reads no bucket.
+    for statement in (sql.CLAIM_NEXT_LIMITED, sql.CLAIM_NEXT_FAIR, sql.CLAIM_ONE):
+        assert explain_sql.TOKENS in statement
         assert explain_sql.LIVE_LEASES in statement
 
 
