@@ -11,7 +11,8 @@ rows, docs/benchmarks.md):
   scheduled count               todo_scheduled_due (queue, run_at) WHERE scheduled
   waiting count                 todo_waiting (queue) WHERE waiting
   completions per minute        todo_done_recent (completed_at) WHERE done, last hour only
-  failures per minute           todo_failed_recent (updated_at) WHERE failed, last hour only
+  failures per minute           todo_failed_recent (updated_at) WHERE dead, last hour only, and
+                                todo_retry_due (next_retry_at) WHERE retry-waiting, filtered (live work)
 
 "Failures per minute" is a proxy: failed rows by the minute they last changed. A failure is an
 entry in ``errors``, and counting those exactly means unpacking the JSON of every row touched in the

@@ -249,7 +249,7 @@ def read(sub: Subscription, since: Position, limit: int) -> Batch:
             todos = todos.filter(pk__in=sub.todos)
         # A done or cancelled todo's updated_at is its completed_at (one now()): the window's range on it is
         # an index condition of the partial indexes todo_done_recent and todo_cancelled_recent (a bitmap OR
-        # with a dead-letter index: todo_failed_recent's range or the dead-letters'), never a table scan.
+        # with a dead-letter index: todo_failed_recent's range or todo_dead_letters'), never a table scan.
         completed = Q(completed_at__gte=since.at, completed_at__lt=until)
         in_window = (
             (states.DONE.q & completed)

@@ -408,9 +408,12 @@ class Todo(models.Model):
             # The dashboard's completions per minute over the last hour (todos/dashboard.py), and
             # retention's done todos past RETENTION_DONE_DAYS, oldest first (todos/retention.py).
             models.Index(fields=["completed_at"], condition=states.DONE.q, name="todo_done_recent"),
-            # The dashboard's failures per minute (failed rows by when they last changed), and
-            # retention's dead-letters past RETENTION_DEAD_DAYS (retry-waiting rows are few: a filter).
-            models.Index(fields=["updated_at"], condition=states.FAILED.q, name="todo_failed_recent"),
+            # Dead-letters by when they failed: the dashboard's failures per minute (its retry-waiting part
+            # reads todo_retry_due), retention's dead-letters past RETENTION_DEAD_DAYS and the event feed's
+            # finished window. Dead-letters only (migration 0042): the claim's due-retry guard
+            # (next_retry_at IS NOT NULL) can never imply this predicate, so on statistics taken with no
+            # failed row the planner cannot serve the due branch from it and filter every dead-letter.
+            models.Index(fields=["updated_at"], condition=states.DEAD_LETTER.q, name="todo_failed_recent"),
             # Retention's cancelled todos past RETENTION_CANCELLED_DAYS, and the dashboard's count of them.
             # queue included: the per-queue count is an index-only scan.
             models.Index(

@@ -214,8 +214,8 @@ NOTES = {
     "the holder of a key (after a conflicting create)": "One lookup in the partial unique index.",
     "dead-letters of one queue, newest first (admin filter)": "Served from a partial index of failed rows, "
     "newest first. Alone, todo_dead_letters (queue, updated_at) reads 50 entries for 50 rows; since migration "
-    "0004 the planner may prefer todo_failed_recent and filter out the retry-waiting rows it meets: still "
-    "bounded by the failed rows, not by the table.",
+    "0004 the planner may prefer todo_failed_recent (dead-letters only since migration 0042, so it filters "
+    "nothing): bounded by the dead-letters, not by the table.",
     "dead-letters, all queues, API order (dead=true)": "Every dead-letter, then a top-N sort by created_at "
     "(or, since migration 0004, todo_admin_state_recent read backwards for state = 'failed'): bounded by "
     "the failed rows, not by the table. CHECK since the million scheduled todos were added to this mix: "

@@ -469,7 +469,7 @@ class TodoAdmin(admin.ModelAdmin[Todo]):
         ("30 x timeout"), each with the list narrowed to it and the every-matching actions for it (those
         act on the whole group, not the sample); and the sample's size when it did not cover the whole
         list (``listed``: the changelist's count, capped well above the sample, so it tells). The newest
-        come from a partial index of failed rows (todo_failed_recent, or todo_dead_letters for one
+        come from a partial index of dead-letters (todo_failed_recent, or todo_dead_letters for one
         queue), then one GROUP BY over that many rows."""
         newest = matching.order_by("-updated_at").values("pk")[: self.error_group_sample]
         rows = (

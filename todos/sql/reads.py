@@ -127,14 +127,21 @@ SELECT EXTRACT(EPOCH FROM LEAST(
 """
 
 # The dashboard's completions and failures per queue and minute over the last %(minutes)s minutes
-# (todos/dashboard.py): range scans of todo_done_recent and todo_failed_recent.
+# (todos/dashboard.py): range scans of todo_done_recent and todo_failed_recent (dead-letters), and the
+# retry-waiting rows through todo_retry_due, filtered on updated_at: they are live work, not history, and
+# todo_failed_recent leaves them out so that the claim's due-retry branch can never use it (migration 0042).
 PER_MINUTE = f"""
 SELECT queue, 'done' AS what, date_trunc('minute', completed_at) AS minute, count(*) FROM todos_todo
 WHERE {S.DONE.sql()} AND completed_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
 GROUP BY 1, 3
 UNION ALL
-SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM todos_todo
-WHERE {S.FAILED.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+SELECT queue, 'failed', date_trunc('minute', updated_at), count(*) FROM (
+    SELECT queue, updated_at FROM todos_todo
+    WHERE {S.DEAD_LETTER.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+    UNION ALL
+    SELECT queue, updated_at FROM todos_todo
+    WHERE {S.RETRY_WAITING.sql()} AND updated_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+) failed
 GROUP BY 1, 3
 """
 

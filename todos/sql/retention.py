@@ -28,8 +28,8 @@ DELETE FROM todos_todo t USING doomed WHERE t.id = doomed.id
 
 # Done todos past the window, oldest first: a range scan of todo_done_recent.
 PURGE_DONE = _purge_batch(_DONE_PURGEABLE, "t.completed_at")
-# Dead-letters past the window: a range scan of todo_failed_recent (retry-waiting rows are filtered
-# out). The lock re-checks the row, so one an operator retried a moment ago (no longer dead) is left alone.
+# Dead-letters past the window: a range scan of todo_failed_recent (dead-letters only, migration 0042).
+# The lock re-checks the row, so one an operator retried a moment ago (no longer dead) is left alone.
 PURGE_DEAD = _purge_batch(_DEAD_PURGEABLE, "t.updated_at")
 # Cancelled todos past their window, oldest first: a range scan of todo_cancelled_recent.
 PURGE_CANCELLED = _purge_batch(_CANCELLED_PURGEABLE, "t.completed_at")
