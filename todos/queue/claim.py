@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from django.db import connection
+
 from todos import selectors, sql, tracing
 from todos.errors import InvalidTransitionInput, QueuesForbidden
 from todos.limits import KEYED_SCOPES_MEMO_MAX, KEYED_SCOPES_MEMO_SECONDS, MAX_CLAIM_BATCH
@@ -48,6 +50,17 @@ def forget_keyed_scopes() -> None:
     _limited_scopes.clear()
 
 
+def _claim_fair(params: dict[str, object]) -> list[Todo]:
+    """CLAIM_NEXT_FAIR, which turns synchronous_commit off for its transaction (todos/sql/claim.py: a fair
+    claimer's turn must not include its flush). Inside a caller's atomic block that transaction is the
+    caller's, so the setting goes back to the default at once: it must not cover the caller's other writes."""
+    todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+    if connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO DEFAULT")
+    return todos
+
+
 @counted("claim_next", lambda todos: "ok" if todos else "empty")
 @tracing.traced("claim")
 def claim_next(
@@ -79,7 +92,7 @@ def claim_next(
     }
     memo = (tuple(scopes), tuple(wanted))
     if _remembered(_keyed_scopes, memo):
-        todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+        todos = _claim_fair(params)
     else:
         limited = _remembered(_limited_scopes, memo)
         todos = fetch_todos(sql.CLAIM_NEXT_LIMITED if limited else sql.CLAIM_NEXT, params)
@@ -89,7 +102,7 @@ def claim_next(
             todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
         if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
             _remember(_keyed_scopes, memo)
-            todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+            todos = _claim_fair(params)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim

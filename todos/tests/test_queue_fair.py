@@ -237,16 +237,20 @@ def test_a_batch_create_registers_each_key_of_its_pending_todos_once(agent):
     assert Counter(t.fair_key for t in _claim_all(agent, "tenants.batch", 5)) == {"a": 2, "b": 2, "c": 1}
 
 
-def test_a_fair_claim_commits_without_waiting_for_its_flush_and_a_plain_claim_waits(agent):
+def test_a_fair_claim_commits_without_waiting_for_its_flush_but_never_a_callers_transaction(agent):
     """The queue's row is held until commit, so a synchronous flush was inside every fair claimer's turn
-    (issue 31's cost bar): the fair claim turns synchronous_commit off for its own transaction only. A plain
-    claim, and the session after the fair claim's transaction, keep the server's setting."""
+    (issue 31's cost bar): CLAIM_NEXT_FAIR turns synchronous_commit off for its own transaction. A plain claim
+    keeps the server's setting, and so does a fair claim made inside a caller's transaction (queue.claim_next
+    sets it back at once: it would cover the caller's other writes), and the session after either."""
     from django.db import transaction
+
+    from todos import sql
+    from todos.rows import fetch_todos
 
     Queue.objects.create(name="plainq")
     Queue.objects.create(name="fairq", fair=True)
     seed_keyed("plainq", "a", 1)
-    seed_keyed("fairq", "a", 1)
+    seed_keyed("fairq", "a", 2)
 
     def setting() -> str:
         with connection.cursor() as cursor:
@@ -256,7 +260,19 @@ def test_a_fair_claim_commits_without_waiting_for_its_flush_and_a_plain_claim_wa
     with transaction.atomic():
         assert queue.claim_next(agent=agent, queues=["plainq"])
         assert setting() == "on"
+    with transaction.atomic():  # the statement alone, as a claim in autocommit runs it
+        params = {
+            "scopes": agent.claim_like_patterns(),
+            "wanted": ["fairq"],
+            "agent": agent.name,
+            "owner": agent.name,
+            "limit": 1,
+            "lease_seconds": 300.0,
+        }
+        assert fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+        assert setting() == "off"
+    assert setting() == "on"
     with transaction.atomic():
         assert queue.claim_next(agent=agent, queues=["fairq"])
-        assert setting() == "off"
+        assert setting() == "on"
     assert setting() == "on"
