@@ -258,9 +258,9 @@ _RUN_LIMITED = "SELECT " + ", ".join(
     else "NULL"
     for c in _RETURNING_T.split(",")
 )
-CLAIM_NEXT = f"""
-WITH {_queue_quotas(_CALLERS)},
-pending AS MATERIALIZED (
+# The candidates of CLAIM_NEXT and CLAIM_NEXT_LIMITED: each queue's pending rows in claim order, then the
+# time-ordered branches, over ``quotas``.
+_CANDIDATES = f"""pending AS MATERIALIZED (
     SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
         SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
         WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
@@ -277,7 +277,11 @@ pending AS MATERIALIZED (
 {_time_branches("id, queue, priority, run_at, limits")}
 candidates AS (
     SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
-),
+)"""
+
+CLAIM_NEXT = f"""
+WITH {_queue_quotas(_CALLERS)},
+{_CANDIDATES},
 -- The candidates in claim order, as wave 1 took them (no controlled queue reaches this point: ``quotas``).
 chosen AS MATERIALIZED (
     SELECT id, queue, limits FROM candidates ORDER BY {CLAIM_ORDER} LIMIT {_LIMIT}
@@ -304,24 +308,7 @@ WHERE EXISTS (SELECT FROM queues WHERE keyed OR flow OR limited) OR EXISTS (SELE
 # of the limited queues' rows; it hands over to CLAIM_NEXT_FAIR (its own row of NULLs) as CLAIM_NEXT does.
 CLAIM_NEXT_LIMITED = f"""
 WITH {_queue_quotas(_CALLERS, limited=True)},
-pending AS MATERIALIZED (
-    SELECT p.id, p.queue, p.priority, p.run_at, p.limits FROM quotas CROSS JOIN LATERAL (
-        SELECT t.id, t.queue, t.priority, t.run_at, t.limits FROM todos_todo t
-        WHERE {S.PENDING.sql("t")} AND t.queue = quotas.name
-          AND (t.assignee IS NULL OR t.assignee = %(agent)s) AND {flow.not_expired("t")}
-        -- NULLS FIRST (run_at is never null, so the order is the same) matches only todo_pending_claim_scan,
-        -- so no other index can ever serve this order: the planner once served the claim from the admin's
-        -- created_at index and walked the done history at its head on every claim (migration 0007: in a
-        -- 45 s soak, 10,000 buffers a claim, throughput down by two thirds).
-        ORDER BY t.priority, t.run_at NULLS FIRST
-        LIMIT quotas.quota
-        FOR UPDATE SKIP LOCKED
-    ) p
-),
-{_time_branches("id, queue, priority, run_at, limits")}
-candidates AS (
-    SELECT * FROM pending UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM lapsed UNION ALL SELECT * FROM due
-),
+{_CANDIDATES},
 chosen AS MATERIALIZED (
     -- No limited queue among the caller's (a one-time filter): the candidates in claim order, as wave 1
     -- took them.
