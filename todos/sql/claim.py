@@ -77,17 +77,23 @@ _FLOW = "(q.limits IS NOT NULL)"
 _SERIALIZED = "(queues.limited OR queues.keyed)"
 
 
+def _plain_queues(eligible: str) -> str:
+    """The caller's unpaused queues, each with what decides which claim statement serves it: ``limited``
+    (CLAIM_NEXT_LIMITED), ``keyed`` or ``flow`` (CLAIM_NEXT_FAIR), or none of them (CLAIM_NEXT)."""
+    return f"""queues AS MATERIALIZED (
+    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
+        {_FLOW} AS flow
+    FROM todos_queue q
+    WHERE {eligible} AND NOT q.paused
+)"""
+
+
 def _queue_quotas(eligible: str, *, fair: bool = False, limited: bool = False) -> str:
     """The queue controls' CTEs: for CLAIM_NEXT_FAIR and CLAIM_ONE (``fair``) every eligible queue, keyed
     ones with their fair settings; for the plain CLAIM_NEXT, what a claim read before fair share, and nothing
     at all when a keyed queue is eligible (``keyed`` then tells the caller to run CLAIM_NEXT_FAIR)."""
     if limited:
-        return f"""queues AS MATERIALIZED (
-    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
-        {_FLOW} AS flow
-    FROM todos_queue q
-    WHERE {eligible} AND NOT q.paused
-),
+        return f"""{_plain_queues(eligible)},
 limited AS MATERIALIZED (
     SELECT q.name, q.max_claimed,
         CASE WHEN q.rate_per_second IS NOT NULL THEN LEAST(q.rate_burst::double precision, q.tokens
@@ -112,12 +118,7 @@ quotas AS MATERIALIZED (
     if not fair:
         # Plain queues only (issue 32): a limited queue's claims are CLAIM_NEXT_FAIR's too, so this statement
         # carries no lock, count, bucket or per-queue quota for controls a plain queue does not use.
-        return f"""queues AS MATERIALIZED (
-    SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
-        {_FLOW} AS flow
-    FROM todos_queue q
-    WHERE {eligible} AND NOT q.paused
-),
+        return f"""{_plain_queues(eligible)},
 quotas AS MATERIALIZED (
     SELECT name, %(limit)s::integer AS quota FROM queues WHERE {_NO_KEYED}
 )"""
@@ -210,10 +211,11 @@ due AS MATERIALIZED (
 #    across the caller's queues, and for batch claims.
 #  * Due scheduled todos come from todo_scheduled_due, also one descent per queue: the range
 #    run_at <= now() ends at the first future row, so 1M todos scheduled for later cost a claim nothing.
-#  * Plain queues only (issue 32): limited queues (max_claimed, a rate) are CLAIM_NEXT_FAIR's, as keyed ones
-#    are, so ``chosen`` is wave 1's, the candidates in claim order, and the statement carries no queue-row
-#    lock, lease count, bucket write or per-queue quota: a plain queue pays nothing for controls it does not
-#    use (bench/claim/pg_cpu.py; a limited queue pays this statement's row of NULLs before its claim).
+#  * Plain queues only (issue 32): limited queues (max_claimed, a rate) are CLAIM_NEXT_LIMITED's, as keyed
+#    ones are CLAIM_NEXT_FAIR's, so ``chosen`` is wave 1's, the candidates in claim order, and the statement
+#    carries no queue-row lock, lease count, bucket write or per-queue quota: a plain queue pays nothing for
+#    controls it does not use (bench/claim/pg_cpu.py; a limited queue pays this statement's row of NULLs
+#    before its claim).
 #  * Keyed queues (fair share, issue 22) are CLAIM_NEXT_FAIR's. When one is among the caller's queues, this
 #    statement takes nothing and locks nothing (``quotas`` is empty) and returns one row
 #    of NULLs instead: queue.claim_next then runs CLAIM_NEXT_FAIR, which claims from all of them, so

@@ -4,25 +4,10 @@ marked 'limited', then CLAIM_NEXT_LIMITED; a scope with a keyed queue goes to CL
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 from django.db import connection
 
 from todos import controls, queue, sql
-
-
-@contextlib.contextmanager
-def _statements() -> Iterator[list[str]]:
-    ran: list[str] = []
-
-    def record(execute: Any, statement: str, params: Any, many: bool, context: Any) -> Any:
-        ran.append(statement)
-        return execute(statement, params, many, context)
-
-    with connection.execute_wrapper(record):
-        yield ran
+from todos.tests.test_claim_plan import _statements
 
 
 def _plan(statement: str, wanted: str, agent: str) -> str:

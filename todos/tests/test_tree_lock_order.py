@@ -56,12 +56,26 @@ def _reports(agent: Agent, todo: Todo, beats: int = 15) -> Callable[[], int]:
     return run
 
 
-def _tree(agent: Agent, **root: object) -> tuple[Todo, list[Todo]]:
+def _tree(agent: Agent, child: dict[str, object] | None = None, **root: object) -> tuple[Todo, list[Todo]]:
     top = queue.claim(queue.create(queue="jobs", **root)[0].id, agent=agent)  # type: ignore[arg-type]
     receipt = {"id": top.id, "lease_id": str(top.lease_id)}
     children = [
-        queue.claim(queue.create(queue="jobs", agent=agent, parent=receipt)[0].id, agent=agent) for _ in range(CHILDREN)
+        queue.claim(queue.create(queue="jobs", agent=agent, parent=receipt, **(child or {}))[0].id, agent=agent)  # type: ignore[arg-type]
+        for _ in range(CHILDREN)
     ]
+    return top, children
+
+
+def _waiting_tree(agent: Agent, **child: object) -> tuple[Todo, list[Todo]]:
+    """A fan-in: the root waits for its children (a holder's wait on todos)."""
+    top, children = _tree(agent, child)
+    queue.wait(
+        top.id,
+        agent=agent,
+        lease_id=str(top.lease_id),
+        wait_for={"todos": [c.id for c in children]},
+        timeout_seconds=600,
+    )
     return top, children
 
 
@@ -146,69 +160,33 @@ def test_a_cascading_cancel_races_usage_reports_without_a_deadlock(make_agent):
     assert _flushed(before) == before
 
 
-def test_a_cascading_cancel_races_the_completes_its_waiting_parent_waits_for_without_a_deadlock(make_agent):
-    # Fan-in: the root waits for its children (a holder's wait on todos); each child's complete settles that
-    # wait, locking the root after the child, while the cancel locks the root before its descendants.
+def _settle(agent: Agent, child: Todo, step: str) -> Callable[[], str]:
+    """The child's complete, or its fail at its attempt cap (a dead-letter settles a wait as a complete does)."""
+
+    def run() -> str:
+        try:
+            if step == "complete":
+                return queue.complete(child.id, agent=agent, lease_id=str(child.lease_id), result={}).state
+            return queue.fail(child.id, agent=agent, lease_id=str(child.lease_id), error="boom").state
+        except TodoConflict as refused:
+            return refused.state
+
+    return run
+
+
+@pytest.mark.parametrize(("step", "settled"), [("complete", "done"), ("fail", "failed")])
+def test_a_cascading_cancel_races_what_settles_its_waiting_parent_without_a_deadlock(make_agent, step, settled):
+    # Fan-in: the root waits for its children (a holder's wait on todos); each child's complete, or its
+    # dead-letter, settles that wait, locking the root after the child, while the cancel locks the root before
+    # its descendants.
     agent = make_agent("spawner")
     before = _deadlocks()
     for _ in range(ROUNDS // 2):
-        top, children = _tree(agent)
-        queue.wait(
-            top.id,
-            agent=agent,
-            lease_id=str(top.lease_id),
-            wait_for={"todos": [c.id for c in children]},
-            timeout_seconds=600,
-        )
-
-        def finish(child: Todo) -> Callable[[], str]:
-            def run() -> str:
-                try:
-                    return queue.complete(child.id, agent=agent, lease_id=str(child.lease_id), result={}).state
-                except TodoConflict as refused:
-                    return refused.state
-
-            return run
+        top, children = _waiting_tree(agent, max_attempts=1)
 
         def cancel(top: Todo = top) -> str:
             return queue.cancel(top.id, operator="ops", cascade=True).state
 
-        *finished, cancelled = run_together([*(finish(c) for c in children), cancel])
-        assert cancelled == "cancelled" and set(finished) <= {"done", "cancelled"}
-    assert _flushed(before) == before
-
-
-def test_a_cascading_cancel_races_dead_letters_its_waiting_parent_waits_for_without_a_deadlock(make_agent):
-    # As above, each child failing at its cap (a dead-letter settles the wait as a complete does).
-    agent = make_agent("spawner")
-    before = _deadlocks()
-    for _ in range(ROUNDS // 2):
-        top = queue.claim(queue.create(queue="jobs")[0].id, agent=agent)
-        receipt = {"id": top.id, "lease_id": str(top.lease_id)}
-        children = [
-            queue.claim(queue.create(queue="jobs", agent=agent, parent=receipt, max_attempts=1)[0].id, agent=agent)
-            for _ in range(CHILDREN)
-        ]
-        queue.wait(
-            top.id,
-            agent=agent,
-            lease_id=str(top.lease_id),
-            wait_for={"todos": [c.id for c in children]},
-            timeout_seconds=600,
-        )
-
-        def fail(child: Todo) -> Callable[[], str]:
-            def run() -> str:
-                try:
-                    return queue.fail(child.id, agent=agent, lease_id=str(child.lease_id), error="boom").state
-                except TodoConflict as refused:
-                    return refused.state
-
-            return run
-
-        def cancel(top: Todo = top) -> str:
-            return queue.cancel(top.id, operator="ops", cascade=True).state
-
-        *failed, cancelled = run_together([*(fail(c) for c in children), cancel])
-        assert cancelled == "cancelled" and set(failed) <= {"failed", "cancelled"}
+        *finished, cancelled = run_together([*(_settle(agent, c, step) for c in children), cancel])
+        assert cancelled == "cancelled" and set(finished) <= {settled, "cancelled"}
     assert _flushed(before) == before
