@@ -68,7 +68,7 @@ _STR = {"type": "string"}
 _NUM = {"type": "number"}
 _ID = {"type": "string", "description": "td_... id."}
 _LEASE_ID = {"type": "string", "description": "Receipt from claim."}
-_LEASE_SECONDS = {"type": "number", "description": f"Lease seconds; default {settings.QUEUE_DEFAULT_LEASE_SECONDS}."}
+_LEASE_SECONDS = {"type": "number", "description": f"Default {settings.QUEUE_DEFAULT_LEASE_SECONDS}."}
 
 # The todo as TodoSerializer renders it (every REST field is there). Only what an agent needs to act is
 # typed, to keep the list small; test_mcp_tools checks these names are REST's.
@@ -302,12 +302,12 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "payload": {},
     "assignee": _STR,
     "idempotency_key": _STR,  # same key and queue: that todo (the name says it)
-    "priority": {"type": "integer", "minimum": -100, "maximum": 100, "description": "Lower runs first."},
+    "priority": {"type": "integer", "description": "Lower runs first."},
     "run_at": {"type": "string", "format": "date-time"},  # not before: RFC 3339 with an offset
-    "delay_seconds": {"type": "number", "minimum": 0},  # not with run_at: a 400 says so
-    "fair_key": {"type": "string", "description": "Fair queues: whose share."},
+    "delay_seconds": _NUM,  # not with run_at: a 400 says so
+    "fair_key": _STR,  # a fair queue's share: whose todo it is
     "traceparent": _STR,  # W3C Trace Context: the name says it
-    "depends_on": {"type": "array", "items": _STR, "description": "Ids to finish first."},
+    "depends_on": {"type": "array", "items": _STR},  # ids to finish first
     "on_dependency_failure": {"enum": ["cancel", "run"]},
     "parent": {"description": "A held todo's {id, lease_id}"},  # its child, as REST's parent
     "spawn_caps": {},  # a root's max_depth, max_children, max_descendants, as REST's
@@ -315,6 +315,12 @@ CREATE_FOR_PROPERTIES: JSONObject = {
     "children": {},  # "cancel": its finish cancels what is left under it; "keep" (default)
     "budget": {},  # a root's {counter: limit}, as REST's
     "limits": {},  # named limits it is held by, beside its queue's, as REST's (issue 31)
+    # Issue 31's create controls, as REST's: a start-by deadline (one of the two), and by idempotency_key
+    # supersede (cancel the runnable holder, create anew) or debounce (one todo, run_at moved on).
+    "expires_at": {"type": "string", "format": "date-time"},
+    "expire_after_seconds": _NUM,
+    "supersede": {"type": "boolean"},
+    "debounce_seconds": _NUM,
 }
 
 TOOLS: dict[str, Tool] = {
@@ -370,7 +376,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "heartbeat",
-            "Extend your lease (each third of it). Optional progress, checkpoint, usage.",
+            "Extend your lease (each third of it); optional progress, checkpoint, usage.",
             _input(
                 {
                     "id": _ID,
@@ -426,7 +432,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "create_for",
-            f"Create a todo in your scopes, or todos: up to {MAX_CREATE_BATCH} at once, all or none.",
+            f"Create a todo in your scopes, or todos: up to {MAX_CREATE_BATCH}, all or none.",
             _input({**CREATE_FOR_PROPERTIES, "todos": {"type": "array", "items": {"type": "object"}}}),
             {
                 "type": "object",

@@ -233,6 +233,30 @@ def test_create_for_takes_a_batch_whose_items_depend_on_earlier_ones(mcp_base, a
     assert Todo.objects.get(pk=made[1]["id"]).depends_on == [made[0]["id"]]
 
 
+def test_create_for_takes_issue_31s_create_controls_as_rest_does(mcp_base, agent):
+    # supersede, debounce_seconds and a start-by deadline reach queue.create over MCP as over REST; a bad
+    # value is refused naming the field and creates nothing.
+    async def scenario(client: Any) -> list[Any]:
+        key = {"queue": "jobs", "idempotency_key": "pr-7"}
+        return [
+            ok(await client.call_tool("create_for", {**key, "title": "commit a", "expire_after_seconds": 600})),
+            ok(await client.call_tool("create_for", {**key, "title": "commit b", "supersede": True})),
+            ok(await client.call_tool("create_for", {"queue": "jobs", "idempotency_key": "d", "debounce_seconds": 30})),
+            ok(await client.call_tool("create_for", {"queue": "jobs", "idempotency_key": "d", "debounce_seconds": 30})),
+            error(await client.call_tool("create_for", {"queue": "jobs", "expires_at": "tomorrow"})),
+        ]
+
+    first, second, debounced, again, bad = run(mcp_base, agent.token, scenario)
+    old, new = Todo.objects.get(pk=first["todo"]["id"]), Todo.objects.get(pk=second["todo"]["id"])
+    assert old.expires_at is not None and old.state == TodoState.CANCELLED
+    assert old.errors[-1]["reason"] == "superseded"
+    assert second["created"] and new.state == TodoState.PENDING and new.title == "commit b"
+    assert debounced["created"] and not again["created"] and again["todo"]["id"] == debounced["todo"]["id"]
+    assert Todo.objects.get(pk=again["todo"]["id"]).state == TodoState.SCHEDULED  # run_at moved on
+    assert bad["code"] == "invalid" and "expires_at" in bad["fields"]
+    assert Todo.objects.filter(queue="jobs").count() == 3
+
+
 def test_another_agents_todo_is_not_found_and_not_listed(mcp_base, make_agent, make_todo):
     bob = make_agent("bob", claim=["bob.*"])
     theirs = make_todo("alice.jobs")
