@@ -20,7 +20,7 @@ operators, reads, retention, queue_controls, flow); what several of them share i
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
-from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_NEXT_LIMITED, CLAIM_ONE, CLAIM_ORDER
+from todos.sql.claim import CLAIM_FAIR_READY, CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_NEXT_LIMITED, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import (
     ADMIT_NEW_QUEUES,
@@ -125,6 +125,7 @@ __all__ = [
     "CANCEL",
     "CASCADE",
     "CASCADES_LEFT",
+    "CLAIM_FAIR_READY",
     "CLAIM_NEXT",
     "CLAIM_NEXT_FAIR",
     "CLAIM_NEXT_LIMITED",

@@ -6,6 +6,7 @@ by its claims for the length of one claim statement, so a change waits at most t
 """
 
 from todos import states as S
+from todos.sql.claim import reservable
 from todos.sql.common import NOTIFY_CHANNEL
 
 _QUEUE_COLUMNS = """name, paused, max_claimed, rate_per_second, rate_burst, fair, fair_weights, max_claimed_per_key,
@@ -90,6 +91,12 @@ registered AS (
     SELECT DISTINCT t.queue, t.fair_key, 0 FROM changed c JOIN todos_todo t ON t.queue = c.name
     WHERE (c.fair OR c.max_claimed_per_key IS NOT NULL) AND {S.PENDING.sql("t")}
     ON CONFLICT DO NOTHING
+),
+-- A queue that stops being reservable (issue 31: fair off, a cap, a rate, limits) forgets its reserved todos in
+-- this transaction: the fair turn and this UPDATE both take the queue's row, so no turn reserves on the old
+-- settings after it, and CLAIM_FAIR_READY skips the rows it deletes. The walk then finds those todos again.
+unreserved AS (
+    DELETE FROM todos_fairready r USING changed c WHERE r.queue = c.name AND NOT {reservable("c")}
 ),""",
 )
 
