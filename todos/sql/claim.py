@@ -671,21 +671,29 @@ top AS MATERIALIZED (
         LIMIT 1
     ) h
 ),
+-- Each queue's ready rows in (priority, tag) order, one range scan of fair_ready_claim per queue (a LATERAL join,
+-- as the pending branch: a semi-join to the queues was planned as a bitmap scan and sort of every ready row).
+-- The rows a queue locks beyond what ``picked`` takes stay as they are; their locks end with this transaction.
 ready AS MATERIALIZED (
-    SELECT r.id FROM todos_fairready r
-    WHERE r.queue IN (SELECT name FROM ready_queues)
-      -- no pending todo at all (stale rows of finished todos): deleted as met
-      AND r.priority <= COALESCE((SELECT priority FROM top), 32767)
-    ORDER BY r.priority, r.tag
-    LIMIT {_LIMIT}
-    FOR UPDATE OF r SKIP LOCKED
+    SELECT r.id, r.priority, r.tag FROM ready_queues q CROSS JOIN LATERAL (
+        SELECT r.id, r.priority, r.tag FROM todos_fairready r
+        WHERE r.queue = q.name
+          -- no pending todo at all (stale rows of finished todos): taken, and deleted as met
+          AND r.priority <= COALESCE((SELECT priority FROM top), 32767)
+        ORDER BY r.priority, r.tag
+        LIMIT {_LIMIT}
+        FOR UPDATE OF r SKIP LOCKED
+    ) r
+),
+picked AS MATERIALIZED (
+    SELECT id FROM ready ORDER BY priority, tag LIMIT {_LIMIT}
 ),
 ready_gone AS (
-    DELETE FROM todos_fairready r WHERE r.id = ANY(ARRAY(SELECT id FROM ready))
+    DELETE FROM todos_fairready r WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
 ),
 claimed AS (
     UPDATE todos_todo t SET {_CLAIM_SET}
-    WHERE t.id = ANY(ARRAY(SELECT id FROM ready)) AND t.queue IN (SELECT name FROM ready_queues)
+    WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.queue IN (SELECT name FROM ready_queues)
       AND {S.PENDING.sql("t")} AND {_CLAIMABLE}
     RETURNING {_RETURNING_T}
 )
@@ -695,7 +703,7 @@ UNION ALL
 -- NULLs marked 'reserved', so queue.claim_next keeps asking this statement first. One probe of fair_ready_claim.
 {_RESERVED}
 WHERE NOT EXISTS (SELECT FROM ready)
-  AND EXISTS (SELECT FROM todos_fairready r WHERE r.queue IN (SELECT name FROM ready_queues))
+  AND EXISTS (SELECT FROM ready_queues q WHERE EXISTS (SELECT FROM todos_fairready r WHERE r.queue = q.name))
 """
 
 # claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's
