@@ -79,7 +79,13 @@ from todos.sql.people import (
     SPEND_LINK,
     USABLE_LINK,
 )
-from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
+from todos.sql.queue_controls import (
+    FORGET_RESERVATIONS,
+    PAUSE_QUEUE,
+    QUEUE_CONTROLS,
+    RESUME_QUEUE,
+    SET_QUEUE_LIMITS,
+)
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import (
@@ -150,6 +156,7 @@ __all__ = [
     "EXPIRE",
     "FAIL",
     "FORCE_RELEASE",
+    "FORGET_RESERVATIONS",
     "GET_LIMIT",
     "HEARTBEAT",
     "HEARTBEAT_USAGE",

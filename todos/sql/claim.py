@@ -633,10 +633,12 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
--- A row of NULLs marked kind = 'reserved' when this turn reserved: queue.claim_next strips it and runs
+-- A row of NULLs marked kind = 'reserved' when this turn reserved, or a reservable queue of the caller's has reserved
+-- todos (another process's: one probe of fair_ready_claim each): queue.claim_next strips it and runs
 -- CLAIM_FAIR_READY first on its next claims of these (scopes, queues).
 {_RESERVED}
 WHERE EXISTS (SELECT FROM reserved)
+   OR EXISTS (SELECT FROM queues q WHERE q.reservable AND EXISTS (SELECT FROM todos_fairready r WHERE r.queue = q.name))
 """
 
 # claim_fair_ready (issue 31, reservations): up to %(limit)s reserved todos (todos_fairready), without the queue's

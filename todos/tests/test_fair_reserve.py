@@ -174,6 +174,56 @@ def test_a_queue_made_unreservable_forgets_its_reservations(agent: Agent, settin
     assert len(handed) == len(set(handed)) == 39
 
 
+def _waiting_for_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_cap_set_while_a_turn_reserves_forgets_what_that_turn_reserved(agent: Agent, settings) -> None:
+    """The PATCH waits for the turn's row; what the turn reserved meanwhile is committed after the PATCH's
+    statement took its snapshot, so it is forgotten by a statement of its own (FORGET_RESERVATIONS), or no claim
+    would ever take those todos (the walk skips them, the fast claim skips the capped queue)."""
+    settings.FAIR_RESERVE = 7
+    weighted("race", 20)
+    locked, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM todos_queue WHERE name = 'race' FOR NO KEY UPDATE")
+            locked.set()
+            assert release.wait(30)
+
+    def claimer() -> list[Todo]:
+        assert locked.wait(30)
+        return queue.claim_next(agent=agent, queues=["race"])
+
+    def capper() -> None:
+        assert locked.wait(30)
+        deadline = time.monotonic() + 30
+        while _waiting_for_locks() < 1 and time.monotonic() < deadline:  # the claimer waits first
+            time.sleep(0.005)
+        controls.set_limits("race", max_claimed=100)
+
+    def releaser() -> None:
+        assert locked.wait(30)
+        deadline = time.monotonic() + 30
+        try:
+            while _waiting_for_locks() < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        finally:
+            release.set()
+
+    assert len(run_together([holder, claimer, capper, releaser])[1]) == 1
+    assert not ready_rows("race")
+    handed: list[str] = []
+    while todos := queue.claim_next(agent=agent, queues=["race"], limit=7):
+        handed += [t.id for t in todos]
+    assert len(handed) == len(set(handed)) == 39
+
+
 def test_a_claimer_with_several_keyed_queues_never_reserves(agent: Agent, settings) -> None:
     """With two serialized queues eligible the turn makes no SKIP LOCKED probe (it could deadlock): no reservation."""
     settings.FAIR_RESERVE = 7
