@@ -300,6 +300,9 @@ _RUN_LIMITED = "SELECT " + ", ".join(
     else "NULL"
     for c in _RETURNING_T.split(",")
 )
+# Whether queue q has a reserved todo: the first row of its range of fair_ready_claim (ordered as the index, so the
+# planner never reads the ready rows of every queue to find one).
+_ANY_READY = "SELECT 1 FROM todos_fairready r WHERE r.queue = q.name ORDER BY r.priority, r.tag LIMIT 1"
 # CLAIM_NEXT_FAIR's row of NULLs (issue 31): its kind says 'reserved' when the turn reserved todos.
 _RESERVED = "SELECT " + ", ".join("'reserved'" if c.strip() == "t.kind" else "NULL" for c in _RETURNING_T.split(","))
 # The candidates of CLAIM_NEXT and CLAIM_NEXT_LIMITED: each queue's pending rows in claim order, then the
@@ -638,7 +641,7 @@ UNION ALL
 -- CLAIM_FAIR_READY first on its next claims of these (scopes, queues).
 {_RESERVED}
 WHERE EXISTS (SELECT FROM reserved)
-   OR EXISTS (SELECT FROM queues q WHERE q.reservable AND EXISTS (SELECT FROM todos_fairready r WHERE r.queue = q.name))
+   OR EXISTS (SELECT FROM (SELECT name FROM queues WHERE reservable) q CROSS JOIN LATERAL ({_ANY_READY}) r)
 """
 
 # claim_fair_ready (issue 31, reservations): up to %(limit)s reserved todos (todos_fairready), without the queue's
@@ -704,8 +707,7 @@ UNION ALL
 -- Took none while reservations remain (a more urgent todo goes first, or other claimers hold them): the row of
 -- NULLs marked 'reserved', so queue.claim_next keeps asking this statement first. One probe of fair_ready_claim.
 {_RESERVED}
-WHERE NOT EXISTS (SELECT FROM ready)
-  AND EXISTS (SELECT FROM ready_queues q WHERE EXISTS (SELECT FROM todos_fairready r WHERE r.queue = q.name))
+WHERE NOT EXISTS (SELECT FROM ready) AND EXISTS (SELECT FROM ready_queues q CROSS JOIN LATERAL ({_ANY_READY}) r)
 """
 
 # claim: this one todo, if the caller may claim from its queue, it is claimable, and its queue's

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from todos import controls, queue, sql
+from todos import controls, queue
 from todos.models import Agent, FairReady, Queue, Todo
 from todos.queue.claim import forget_keyed_scopes
 from todos.tests.test_api_longpoll import Http
@@ -307,20 +307,3 @@ def test_weights_hold_with_reservations_over_real_http_at_16_claimers(live_serve
     run_together([loop] * 16)
     assert 2.7 <= counted["heavy"] / counted["light"] <= 3.3, counted
     assert ready_claims() > before, "no claim was served from a reservation"
-
-
-def test_the_fast_claim_reads_the_ready_index_and_the_pending_index(agent: Agent, settings) -> None:
-    settings.FAIR_RESERVE = 7
-    weighted("plan", 200)
-    contended_claim(agent, "plan")
-    # Sequential and bitmap scans priced out: tables this small are read whole by choice; what matters is that an
-    # index serves each part in its order (the ready rows in claim order, the pending head per queue).
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_bitmapscan = off")  # a descent, not a bitmap of a tiny table and a sort
-        params = {"scopes": ["%"], "wanted": ["plan"], "agent": agent.name, "owner": "a", "limit": 1}
-        cursor.execute("EXPLAIN " + sql.CLAIM_FAIR_READY, {**params, "lease_seconds": 60.0})
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "fair_ready_claim" in plan, plan
-    assert "todo_pending_claim_scan" in plan, plan
-    assert "Seq Scan on todos_todo" not in plan and "Seq Scan on todos_fairready" not in plan, plan
