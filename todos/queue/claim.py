@@ -27,10 +27,11 @@ _keyed_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
 # a rate, and no keyed or flow one, among the caller's); their claims run CLAIM_NEXT_LIMITED at once. Either answer
 # stays right: CLAIM_NEXT_LIMITED claims from plain queues too, and hands a keyed or flow one to CLAIM_NEXT_FAIR.
 _limited_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
-# The (scopes, queues) whose last fair turn reserved todos, or whose last fast claim (CLAIM_FAIR_READY) took some
-# (issue 31, reservations): their claims run the fast claim first, and the fair turn only for what it did not
-# fill. Forgotten when a fast claim finds nothing. Per process; the fair turn's answer short of the limit always
-# tries the fast claim too, so no reserved todo waits on a process remembering it.
+# The (scopes, queues) whose last fair turn reserved todos or found some reserved (its row of NULLs marked
+# 'reserved'), or whose last fast claim (CLAIM_FAIR_READY) took some or found some left (issue 31, reservations):
+# their claims run the fast claim first, and the fair turn only for what it did not fill. Forgotten when a fast
+# claim finds none at all. Per process; a fair turn's answer short of the limit always tries the fast claim too,
+# so no reserved todo waits on a process remembering it.
 _ready_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
 
 
