@@ -86,7 +86,7 @@ def _claim_ready(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[s
 def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]], limit: int) -> list[Todo]:
     """A claim with a keyed queue among the caller's: reserved todos first when this process last saw some, the
     fair turn for the rest, and reserved todos again when the turn answered short (one a dead process reserved,
-    or one reserved by a claimer that turned while this one waited)."""
+    or one reserved by the claimer this one's turn waited for: the turn then yields, todos/sql/claim.py)."""
     todos: list[Todo] = []
     if _remembered(_ready_scopes, memo):
         todos = _claim_ready(params, memo)
@@ -97,6 +97,11 @@ def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[s
             _remember(_ready_scopes, memo)
         if len(todos) < limit:
             todos += _claim_ready({**params, "limit": limit - len(todos)}, memo)
+            if len(todos) < limit and reserved and not fair:
+                # The turn yielded to reservations (or found only reserved todos) that the fast claim did not
+                # take: a more urgent todo waits, or the rows were stale or held. A turn that neither yields nor
+                # reserves (reserve 0) decides, as before reservations.
+                todos += _claim_fair({**params, "limit": limit - len(todos), "reserve": 0})[0]
     return todos
 
 
@@ -128,7 +133,9 @@ def claim_next(
         "owner": owner(agent, worker),
         "limit": limit,
         "lease_seconds": lease_for(lease_seconds),
-        "reserve": fair_reserve(),
+        # FAIR_RESERVE rounded up to whole batches of this size: claimers taking batches of one size then take
+        # reservations in whole batches, each the same spread of tags as a turn's (3 busy keys, limit 9: 3 each)
+        "reserve": -(-fair_reserve() // limit) * limit,
     }
     memo = (tuple(scopes), tuple(wanted))
     if _remembered(_keyed_scopes, memo):

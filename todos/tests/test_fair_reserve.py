@@ -17,6 +17,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from todos import controls, queue
+from todos.limits import fair_reserve
 from todos.models import Agent, FairReady, Queue, Todo
 from todos.queue.claim import forget_keyed_scopes
 from todos.tests.test_api_longpoll import Http
@@ -75,6 +76,14 @@ def ready_rows(name: str) -> list[FairReady]:
     return list(FairReady.objects.filter(queue=name).order_by("priority", "tag"))
 
 
+def _waiting_for_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def test_one_uncontended_claimer_reserves_nothing(agent: Agent) -> None:
     weighted("solo", 40)
     before = ready_claims()
@@ -104,6 +113,41 @@ def test_a_contended_turn_charges_the_next_tags_and_later_claims_take_them_in_ta
     # The passes were charged with them: the next claims go on from tag 2 (both keys), as one claimer's would.
     after = [queue.claim_next(agent=agent, queues=["busy"])[0].fair_key for _ in range(4)]
     assert Counter(after) == {"heavy": 3, "light": 1}
+
+
+def test_claimers_queued_behind_a_reserver_take_its_reservations_instead_of_reserving_more(
+    agent: Agent, settings
+) -> None:
+    """Two claimers wait for the queue's row: the first reserves 7 and claims 1; the second, after its wait, finds
+    reservations (a fresh read), yields (claims, charges and reserves nothing) and takes a reserved todo: 6 left,
+    never 14. Outstanding reservations stay within FAIR_RESERVE, what a newcomer key waits at most."""
+    settings.FAIR_RESERVE = 7
+    weighted("queued", 40)
+    locked, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM todos_queue WHERE name = 'queued' FOR NO KEY UPDATE")
+            locked.set()
+            assert release.wait(30)
+
+    def claimer() -> list[Todo]:
+        assert locked.wait(30)
+        return queue.claim_next(agent=agent, queues=["queued"])
+
+    def releaser() -> None:
+        assert locked.wait(30)
+        deadline = time.monotonic() + 30
+        try:
+            while _waiting_for_locks() < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        finally:
+            release.set()
+
+    _, first, second, _ = run_together([holder, claimer, claimer, releaser])
+    assert len(first) == 1 and len(second) == 1 and first[0].id != second[0].id
+    assert len(ready_rows("queued")) == 6
+    assert Counter(t.fair_key for t in first + second + ready_rows("queued")) == {"heavy": 6, "light": 2}
 
 
 def test_a_batch_on_a_contended_queue_fills(agent: Agent, settings) -> None:
@@ -172,14 +216,6 @@ def test_a_queue_made_unreservable_forgets_its_reservations(agent: Agent, settin
     while todos := queue.claim_next(agent=agent, queues=["capped"], limit=7):
         handed += [t.id for t in todos]
     assert len(handed) == len(set(handed)) == 39
-
-
-def _waiting_for_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
 
 
 def test_a_cap_set_while_a_turn_reserves_forgets_what_that_turn_reserved(agent: Agent, settings) -> None:
@@ -271,14 +307,18 @@ def test_weights_hold_with_reservations_at_4_and_16_claimers(agent: Agent, claim
     lock = threading.Lock()
     before = ready_claims()
 
+    outstanding: list[int] = []
+
     def claim() -> list[str]:
         todos = queue.claim_next(agent=agent, queues=[name])
         queue.complete_many([(t.id, t.lease_id, None) for t in todos], agent=agent)
+        outstanding.append(FairReady.objects.filter(queue=name).count())
         return [t.fair_key or "" for t in todos]
 
     run_together([lambda: _claim_loop(claim, counted, lock, 800)] * claimers)
     assert 2.7 <= counted["heavy"] / counted["light"] <= 3.3, counted
     assert ready_claims() > before, "no claim was served from a reservation"
+    assert max(outstanding) <= fair_reserve(), max(outstanding)  # queued claimers yield, never pile up more
 
 
 def test_weights_hold_with_reservations_over_real_http_at_16_claimers(live_server, agent: Agent) -> None:
