@@ -33,8 +33,8 @@ def fair_reserve() -> int:
     today's walk would, claims its own and leaves the rest in todos_fairready, which later claimers take without
     the queue's lock (todos/sql/claim.py, CLAIM_FAIR_READY). A turn then serves several claims: at 16 claimers
     on 2 cores a turn (~1.2 ms) served one, and fair claims topped out near 800/s (docs/benchmarks.md). The
-    bound is what a newcomer key waits at most, in claims, beyond today's rule, and only under contention (rounded
-    up to whole batches of the claim's limit; claimers queued behind a reserver yield instead of reserving more)."""
+    bound, rounded up to whole batches of the claim's limit, is what a newcomer key waits per claimer that queued
+    for the turn, in claims, beyond today's rule, and only under contention (docs/architecture.md)."""
     return max(0, int(settings.FAIR_RESERVE))
 
 

@@ -124,14 +124,11 @@ def run(
         rows = ready() if time.monotonic() < ready_until else []
         if not rows:
             rows = conn.execute(sql.CLAIM_NEXT_FAIR, params, prepare=True).fetchall()
-            marked = any(r[id_at] is None for r in rows)  # reserved, or yielded (its row of NULLs: 'reserved')
-            if marked:
+            if any(r[id_at] is None for r in rows):  # the turn reserved (its row of NULLs marked 'reserved')
                 ready_until = time.monotonic() + KEYED_SCOPES_MEMO_SECONDS
                 rows = [r for r in rows if r[id_at] is not None]
             if not rows:
                 rows = ready()
-                if not rows and marked:  # a turn that neither yields nor reserves
-                    rows = conn.execute(sql.CLAIM_NEXT_FAIR, {**params, "reserve": 0}, prepare=True).fetchall()
         return rows
 
     while time.monotonic() < until:

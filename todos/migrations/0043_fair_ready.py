@@ -22,5 +22,5 @@ class Migration(migrations.Migration):
             ],
             options={"indexes": [models.Index(fields=["queue", "priority", "tag"], name="fair_ready_claim")]},
         ),
-        functions.load("todos_fair_reserved", "todos_fair_has_ready", "todos_fair_walk", "todos_fair_head", "todos_fair_key_first"),
+        functions.load("todos_fair_reserved", "todos_fair_walk", "todos_fair_head", "todos_fair_key_first"),
     ]

@@ -86,7 +86,7 @@ def _claim_ready(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[s
 def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]], limit: int) -> list[Todo]:
     """A claim with a keyed queue among the caller's: reserved todos first when this process last saw some, the
     fair turn for the rest, and reserved todos again when the turn answered short (one a dead process reserved,
-    or one reserved by the claimer this one's turn waited for: the turn then yields, todos/sql/claim.py)."""
+    or one reserved by a claimer that turned while this one waited)."""
     todos: list[Todo] = []
     if _remembered(_ready_scopes, memo):
         todos = _claim_ready(params, memo)
@@ -97,11 +97,6 @@ def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[s
             _remember(_ready_scopes, memo)
         if len(todos) < limit:
             todos += _claim_ready({**params, "limit": limit - len(todos)}, memo)
-            if len(todos) < limit and reserved and not fair:
-                # The turn yielded to reservations (or found only reserved todos) that the fast claim did not
-                # take: a more urgent todo waits, or the rows were stale or held. A turn that neither yields nor
-                # reserves (reserve 0) decides, as before reservations.
-                todos += _claim_fair({**params, "limit": limit - len(todos), "reserve": 0})[0]
     return todos
 
 

@@ -160,22 +160,6 @@ first_try AS MATERIALIZED (
         else "false"
     )
     plus_reserve = f" + CASE WHEN reserving THEN {_RESERVE} ELSE 0 END" if reserve else ""
-    # A contended turn whose queue has reservations now (todos_fair_has_ready, a fresh snapshot, read after
-    # ``limited`` waited: the claimer it waited for may have just reserved) yields: every quota 0, so it claims,
-    # charges and reserves nothing, and answers the row of NULLs marked 'reserved'; queue.claim_next then takes a
-    # reserved todo (CLAIM_FAIR_READY). So claimers queued behind one reserver do not each reserve FAIR_RESERVE
-    # more: outstanding reservations stay at most FAIR_RESERVE, the bound a newcomer key waits.
-    yielded = (
-        """yielded AS MATERIALIZED (
-    SELECT name FROM limited WHERE reserving AND todos_fair_has_ready(name)
-),
-"""
-        if reserve
-        else ""
-    )
-    no_yield = "CASE WHEN EXISTS (SELECT FROM yielded) THEN 0 ELSE " if reserve else ""
-    and_not_yielded = " AND NOT EXISTS (SELECT FROM yielded)" if reserve else ""
-    end_yield = " END" if reserve else ""
     return f"""queues AS MATERIALIZED (
     SELECT q.name, (q.max_claimed IS NOT NULL OR q.rate_per_second IS NOT NULL) AS limited, {_KEYED} AS keyed,
         q.fair_weights, q.max_claimed_per_key AS key_cap, q.fair_round, {_FLOW} AS flow, q.limits AS qlimits,
@@ -194,15 +178,15 @@ limited AS MATERIALIZED (
     ORDER BY q.name
     FOR NO KEY UPDATE OF q
 ),
-{yielded}quotas AS MATERIALIZED (
-    SELECT name, {no_yield}%(limit)s::integer{end_yield} AS quota, keyed, fair_round, false AS reserving FROM queues
+quotas AS MATERIALIZED (
+    SELECT name, %(limit)s::integer AS quota, keyed, fair_round, false AS reserving FROM queues
     WHERE NOT {_SERIALIZED}
     UNION ALL
     -- LEAST ignores NULLs: a control that is not set does not limit. A reserving turn's quota is the claim's
     -- limit plus what it reserves (a reserving queue has none of the controls).
-    SELECT name, {no_yield}GREATEST(LEAST(%(limit)s::integer{plus_reserve},
+    SELECT name, GREATEST(LEAST(%(limit)s::integer{plus_reserve},
         CASE WHEN max_claimed IS NOT NULL THEN max_claimed - todos_live_leases(name) END,
-        floor(tokens)::integer), 0){end_yield}, keyed, fair_round, reserving{and_not_yielded}
+        floor(tokens)::integer), 0), keyed, fair_round, reserving
     FROM limited
 )"""
 
@@ -656,7 +640,7 @@ UNION ALL
 -- todos (another process's: one probe of fair_ready_claim each): queue.claim_next strips it and runs
 -- CLAIM_FAIR_READY first on its next claims of these (scopes, queues).
 {_RESERVED}
-WHERE EXISTS (SELECT FROM reserved) OR EXISTS (SELECT FROM yielded)
+WHERE EXISTS (SELECT FROM reserved)
    OR EXISTS (SELECT FROM (SELECT name FROM queues WHERE reservable) q CROSS JOIN LATERAL ({_ANY_READY}) r)
 """
 
