@@ -256,6 +256,8 @@ SCHEDULE_LOOKAHEAD_SECONDS = env.float("SCHEDULE_LOOKAHEAD_SECONDS", default=60.
 # An agent creates a todo in a queue that does not exist yet only while one of its glob create scopes that
 # names it (jobs.*) covers fewer than this many queues; otherwise 400 queue_limit (todos/limits.py says why).
 MAX_QUEUES_PER_CREATE_SCOPE = env.int("MAX_QUEUES_PER_CREATE_SCOPE", default=1000)
+# Fair claims reserved by a contended turn (todos/limits.py, fair_reserve).
+FAIR_RESERVE = env.int("FAIR_RESERVE", default=32)
 
 # --- Outbound notices (issue 29: todos/notices.py, manage.py notify) ----------------------------
 # Webhooks and callbacks go to public addresses only: a URL resolving to a private, loopback, link-local or

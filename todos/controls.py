@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from todos import sql
@@ -246,28 +247,34 @@ def set_limits(
         rate = get(name, agent=agent).rate_per_second if rate_per_second is UNSET else rate_per_second
         if rate is None:
             raise InvalidTransitionInput("rate_burst needs a rate_per_second.", field="rate_burst")
-    return _one(
-        sql.SET_QUEUE_LIMITS,
-        name,
-        agent,
-        set_max_claimed=max_claimed is not UNSET,
-        max_claimed=None if max_claimed is UNSET else max_claimed,
-        set_rate=rate_per_second is not UNSET,
-        rate_per_second=None if rate_per_second is UNSET else rate_per_second,
-        set_burst=rate_burst is not UNSET,
-        rate_burst=None if rate_burst is UNSET else rate_burst,
-        set_fair=fair is not UNSET,
-        fair=None if fair is UNSET else fair,
-        set_fair_weights=fair_weights is not UNSET,
-        fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
-        set_max_claimed_per_key=max_claimed_per_key is not UNSET,
-        max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
-        set_rate_per_key=rate_per_key is not UNSET,
-        rate_per_key=None if rate_per_key is UNSET else rate_per_key,
-        set_limits=limits is not UNSET,
-        limits=sorted(set(limits)) if limits not in (UNSET, None) else [],
-        **{
-            **{f"set_{cap}": value is not UNSET for cap, value in spawn_caps.items()},
-            **{cap: None if value is UNSET else value for cap, value in spawn_caps.items()},
-        },
-    )
+    # One short transaction: the update, then the reservations of a queue no longer reservable (issue 31), in a
+    # statement of its own (todos/sql/queue_controls.py, FORGET_RESERVATIONS: its snapshot follows the wait).
+    with transaction.atomic():
+        controls = _one(
+            sql.SET_QUEUE_LIMITS,
+            name,
+            agent,
+            set_max_claimed=max_claimed is not UNSET,
+            max_claimed=None if max_claimed is UNSET else max_claimed,
+            set_rate=rate_per_second is not UNSET,
+            rate_per_second=None if rate_per_second is UNSET else rate_per_second,
+            set_burst=rate_burst is not UNSET,
+            rate_burst=None if rate_burst is UNSET else rate_burst,
+            set_fair=fair is not UNSET,
+            fair=None if fair is UNSET else fair,
+            set_fair_weights=fair_weights is not UNSET,
+            fair_weights=Jsonb({} if fair_weights is UNSET or fair_weights is None else fair_weights),
+            set_max_claimed_per_key=max_claimed_per_key is not UNSET,
+            max_claimed_per_key=None if max_claimed_per_key is UNSET else max_claimed_per_key,
+            set_rate_per_key=rate_per_key is not UNSET,
+            rate_per_key=None if rate_per_key is UNSET else rate_per_key,
+            set_limits=limits is not UNSET,
+            limits=sorted(set(limits)) if limits not in (UNSET, None) else [],
+            **{
+                **{f"set_{cap}": value is not UNSET for cap, value in spawn_caps.items()},
+                **{cap: None if value is UNSET else value for cap, value in spawn_caps.items()},
+            },
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FORGET_RESERVATIONS, {"name": controls.name})
+    return controls

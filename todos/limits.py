@@ -26,6 +26,18 @@ LONG_POLL_IDLE_SPREAD = 0.1
 KEYED_SCOPES_MEMO_SECONDS = 10.0
 KEYED_SCOPES_MEMO_MAX = 1024
 
+
+def fair_reserve() -> int:
+    """Tags a contended fair turn reserves beyond the todos it claims (FAIR_RESERVE, default 32; 0: off): a fair
+    claimer that had to wait for the queue's row charges the next FAIR_RESERVE tags to their keys' passes as
+    today's walk would, claims its own and leaves the rest in todos_fairready, which later claimers take without
+    the queue's lock (todos/sql/claim.py, CLAIM_FAIR_READY). A turn then serves several claims: at 16 claimers
+    on 2 cores a turn (~1.2 ms) served one, and fair claims topped out near 800/s (docs/benchmarks.md). The
+    bound, rounded up to whole batches of the claim's limit, is what a newcomer key waits per claimer that queued
+    for the turn, in claims, beyond today's rule, and only under contention (docs/architecture.md)."""
+    return max(0, int(settings.FAIR_RESERVE))
+
+
 # --- Creates ---
 MAX_CREATE_BATCH = 1000  # todos one batch create may insert: one statement, about 0.1 s (docs/benchmarks.md)
 MAX_DEPENDENCIES = 100  # depends_on and depends_on_index of one todo together

@@ -38,6 +38,12 @@ TRANSITIONS = Counter(
     "Todo state-machine calls, by verb and outcome.",
     ["verb", "outcome"],
 )
+# Todos claimed from fair reservations (issue 31: CLAIM_FAIR_READY, without the queue's lock), per process: with
+# switchboard_todo_transitions_total{verb="claim_next"} it tells how many claims a contended fair turn served.
+FAIR_READY_CLAIMS = Counter(
+    "switchboard_fair_ready_claims",
+    "Todos claimed from fair reservations (reserved by a contended fair turn), without the queue's lock.",
+)
 
 # A lease that lapsed and was noticed: by the reaper (requeue_lapsed) or by a claim that took the
 # lapsed todo before the reaper swept it (SPEC decision 1). outcome: requeued | dead_lettered | reclaimed.

@@ -722,6 +722,25 @@ class FairKey(models.Model):
         return f"{self.queue}/{self.key}"
 
 
+class FairReady(models.Model):
+    """A pending todo of a fair queue already charged to its key's pass by a contended fair turn (issue 31): the
+    next to claim, in (priority, tag) order, by CLAIM_FAIR_READY without the queue's lock (todos/sql/claim.py).
+    The fair walk skips a todo with a row here. No foreign key: a row whose todo is gone or no longer claimable
+    is deleted by the fast claim that meets it; set_limits deletes a queue's rows when it stops being eligible."""
+
+    id = models.CharField(primary_key=True, max_length=40)  # the todo's
+    queue = models.CharField(max_length=200)
+    priority = models.SmallIntegerField()
+    tag = models.FloatField()
+    fair_key = models.CharField(max_length=MAX_FAIR_KEY_CHARS)
+
+    class Meta:
+        indexes = [models.Index(fields=["queue", "priority", "tag"], name="fair_ready_claim")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.fair_key}/{self.id}"
+
+
 def hash_token(token: str) -> str:
     # Tokens are 256-bit random strings, so one SHA-256 is enough: there is nothing to
     # brute-force that a slow hash would protect.

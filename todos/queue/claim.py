@@ -10,8 +10,8 @@ from django.db import connection
 
 from todos import selectors, sql, tracing
 from todos.errors import InvalidTransitionInput, QueuesForbidden
-from todos.limits import KEYED_SCOPES_MEMO_MAX, KEYED_SCOPES_MEMO_SECONDS, MAX_CLAIM_BATCH
-from todos.metrics import count_lapsed_claims, counted
+from todos.limits import KEYED_SCOPES_MEMO_MAX, KEYED_SCOPES_MEMO_SECONDS, MAX_CLAIM_BATCH, fair_reserve
+from todos.metrics import FAIR_READY_CLAIMS, count_lapsed_claims, counted
 from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like
 from todos.queue._common import lease_for, one, owner
 from todos.rows import fetch_todos
@@ -27,6 +27,12 @@ _keyed_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
 # a rate, and no keyed or flow one, among the caller's); their claims run CLAIM_NEXT_LIMITED at once. Either answer
 # stays right: CLAIM_NEXT_LIMITED claims from plain queues too, and hands a keyed or flow one to CLAIM_NEXT_FAIR.
 _limited_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+# The (scopes, queues) whose last fair turn reserved todos or found some reserved (its row of NULLs marked
+# 'reserved'), or whose last fast claim (CLAIM_FAIR_READY) took some or found some left (issue 31, reservations):
+# their claims run the fast claim first, and the fair turn only for what it did not fill. Forgotten when a fast
+# claim finds none at all. Per process; a fair turn's answer short of the limit always tries the fast claim too,
+# so no reserved todo waits on a process remembering it.
+_ready_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
 
 
 def _remembered(
@@ -48,16 +54,49 @@ def forget_keyed_scopes() -> None:
     """Forget every remembered (scopes, queues): tests start from a claim that asks CLAIM_NEXT first."""
     _keyed_scopes.clear()
     _limited_scopes.clear()
+    _ready_scopes.clear()
 
 
-def _claim_fair(params: dict[str, object]) -> list[Todo]:
+def _claim_fair(params: dict[str, object]) -> tuple[list[Todo], bool]:
     """CLAIM_NEXT_FAIR, which turns synchronous_commit off for its transaction (todos/sql/claim.py: a fair
     claimer's turn must not include its flush). Inside a caller's atomic block that transaction is the
-    caller's, so the setting goes back to the default at once: it must not cover the caller's other writes."""
-    todos = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
+    caller's, so the setting goes back to the default at once: it must not cover the caller's other writes.
+    Answers the todos claimed and whether the turn reserved (its row of NULLs marked 'reserved', stripped)."""
+    rows = fetch_todos(sql.CLAIM_NEXT_FAIR, params)
     if connection.in_atomic_block:
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO DEFAULT")
+    todos = [t for t in rows if t.id is not None]
+    return todos, len(todos) < len(rows)
+
+
+def _claim_ready(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]]) -> list[Todo]:
+    """CLAIM_FAIR_READY: reserved todos, without the queue's lock. Remembers that there are some (it took some,
+    or its row of NULLs says some remain: a more urgent todo went first), or forgets it."""
+    rows = fetch_todos(sql.CLAIM_FAIR_READY, params)
+    todos = [t for t in rows if t.id is not None]
+    if rows:
+        FAIR_READY_CLAIMS.inc(len(todos))
+        _remember(_ready_scopes, memo)
+    else:
+        _ready_scopes.pop(memo, None)
+    return todos
+
+
+def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]], limit: int) -> list[Todo]:
+    """A claim with a keyed queue among the caller's: reserved todos first when this process last saw some, the
+    fair turn for the rest, and reserved todos again when the turn answered short (one a dead process reserved,
+    or one reserved by a claimer that turned while this one waited)."""
+    todos: list[Todo] = []
+    if _remembered(_ready_scopes, memo):
+        todos = _claim_ready(params, memo)
+    if len(todos) < limit:
+        fair, reserved = _claim_fair({**params, "limit": limit - len(todos)})
+        todos += fair
+        if reserved:
+            _remember(_ready_scopes, memo)
+        if len(todos) < limit:
+            todos += _claim_ready({**params, "limit": limit - len(todos)}, memo)
     return todos
 
 
@@ -89,10 +128,13 @@ def claim_next(
         "owner": owner(agent, worker),
         "limit": limit,
         "lease_seconds": lease_for(lease_seconds),
+        # FAIR_RESERVE rounded up to whole batches of this size: claimers taking batches of one size then take
+        # reservations in whole batches, each the same spread of tags as a turn's (3 busy keys, limit 9: 3 each)
+        "reserve": -(-fair_reserve() // limit) * limit,
     }
     memo = (tuple(scopes), tuple(wanted))
     if _remembered(_keyed_scopes, memo):
-        todos = _claim_fair(params)
+        todos = _claim_keyed(params, memo, limit)
     else:
         limited = _remembered(_limited_scopes, memo)
         todos = fetch_todos(sql.CLAIM_NEXT_LIMITED if limited else sql.CLAIM_NEXT, params)
@@ -102,7 +144,7 @@ def claim_next(
             todos = fetch_todos(sql.CLAIM_NEXT_LIMITED, params)
         if todos and todos[0].id is None:  # a keyed queue is among the caller's: it took nothing (fair share)
             _remember(_keyed_scopes, memo)
-            todos = _claim_fair(params)
+            todos = _claim_keyed(params, memo, limit)
     todos.sort(key=lambda t: (t.priority, t.run_at))  # UPDATE ... RETURNING keeps no order (CLAIM_ORDER)
     count_lapsed_claims(todos)
     selectors.attach_dependencies(todos)  # a merge step reads its dependencies' results from its claim

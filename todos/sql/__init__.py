@@ -20,7 +20,7 @@ operators, reads, retention, queue_controls, flow); what several of them share i
 every public name: callers write ``sql.CLAIM_NEXT``.
 """
 
-from todos.sql.claim import CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_NEXT_LIMITED, CLAIM_ONE, CLAIM_ORDER
+from todos.sql.claim import CLAIM_FAIR_READY, CLAIM_NEXT, CLAIM_NEXT_FAIR, CLAIM_NEXT_LIMITED, CLAIM_ONE, CLAIM_ORDER
 from todos.sql.common import NOTIFY_CHANNEL, TODO_COLUMNS
 from todos.sql.create import (
     ADMIT_NEW_QUEUES,
@@ -79,7 +79,13 @@ from todos.sql.people import (
     SPEND_LINK,
     USABLE_LINK,
 )
-from todos.sql.queue_controls import PAUSE_QUEUE, QUEUE_CONTROLS, RESUME_QUEUE, SET_QUEUE_LIMITS
+from todos.sql.queue_controls import (
+    FORGET_RESERVATIONS,
+    PAUSE_QUEUE,
+    QUEUE_CONTROLS,
+    RESUME_QUEUE,
+    SET_QUEUE_LIMITS,
+)
 from todos.sql.reads import PER_MINUTE, QUEUE_STATS, SECONDS_UNTIL_CLAIMABLE, TREE_OF_ROOT, TREE_WALK
 from todos.sql.reaper import PROMOTE_DUE_RETRIES, PROMOTE_DUE_SCHEDULED, REQUEUE_LAPSED
 from todos.sql.retention import (
@@ -125,6 +131,7 @@ __all__ = [
     "CANCEL",
     "CASCADE",
     "CASCADES_LEFT",
+    "CLAIM_FAIR_READY",
     "CLAIM_NEXT",
     "CLAIM_NEXT_FAIR",
     "CLAIM_NEXT_LIMITED",
@@ -149,6 +156,7 @@ __all__ = [
     "EXPIRE",
     "FAIL",
     "FORCE_RELEASE",
+    "FORGET_RESERVATIONS",
     "GET_LIMIT",
     "HEARTBEAT",
     "HEARTBEAT_USAGE",

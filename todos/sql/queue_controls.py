@@ -6,6 +6,7 @@ by its claims for the length of one claim statement, so a change waits at most t
 """
 
 from todos import states as S
+from todos.sql.claim import reservable
 from todos.sql.common import NOTIFY_CHANNEL
 
 _QUEUE_COLUMNS = """name, paused, max_claimed, rate_per_second, rate_burst, fair, fair_weights, max_claimed_per_key,
@@ -92,6 +93,19 @@ registered AS (
     ON CONFLICT DO NOTHING
 ),""",
 )
+
+# After SET_QUEUE_LIMITS, in its transaction (controls.set_limits): a queue that is not reservable (issue 31: fair
+# off, a cap, a rate, a per-key control, limits) forgets its reserved todos, and the fair walk finds them again.
+# A statement of its own, so that its snapshot is taken after SET_QUEUE_LIMITS waited for the queue's row: a fair
+# turn that held the row meanwhile committed reservations that statement's snapshot does not show, and they would
+# be left where neither the walk (it skips them) nor CLAIM_FAIR_READY (the queue is no longer reservable) takes
+# them. This transaction holds the queue's row until commit, so no turn reserves on the old settings after it;
+# CLAIM_FAIR_READY skips the rows it deletes (locked, then gone). Guard: the queue's row, read after the update;
+# index: fair_ready_claim's leading column.
+FORGET_RESERVATIONS = f"""
+DELETE FROM todos_fairready r USING todos_queue q
+WHERE q.name = %(name)s AND r.queue = q.name AND NOT {reservable("q")}
+"""
 
 # One queue's controls (the API's answers, and a miss: absent or out of scope is not found).
 QUEUE_CONTROLS = f"""

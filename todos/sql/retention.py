@@ -105,6 +105,9 @@ WITH pruned AS (
     RETURNING q.name
 ), keys AS (
     DELETE FROM todos_fairkey k USING pruned WHERE k.queue = pruned.name
+), ready AS (
+    -- stale fair reservations (issue 31) of a queue with no work left: nothing else would meet them
+    DELETE FROM todos_fairready r USING pruned WHERE r.queue = pruned.name
 )
 SELECT count(*) FROM pruned
 """

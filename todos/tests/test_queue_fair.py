@@ -268,6 +268,7 @@ def test_a_fair_claim_commits_without_waiting_for_its_flush_but_never_a_callers_
             "owner": agent.name,
             "limit": 1,
             "lease_seconds": 300.0,
+            "reserve": 0,  # FAIR_RESERVE (issue 31): tags a contended turn reserves
         }
         assert fetch_todos(sql.CLAIM_NEXT_FAIR, params)
         assert setting() == "off"

@@ -18,6 +18,8 @@ BEGIN
           AND (t.limits IS NULL OR NOT EXISTS (
               SELECT 1 FROM todos_limit l
               WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now()))
+          -- nor reserved (todos_fairready, issue 31): CLAIM_FAIR_READY's to hand out
+          AND NOT EXISTS (SELECT 1 FROM todos_fairready r WHERE r.id = t.id)
         ORDER BY t.priority, t.run_at NULLS FIRST
         LIMIT 1;
 END

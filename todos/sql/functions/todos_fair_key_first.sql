@@ -16,6 +16,8 @@ BEGIN
         SELECT t.priority, t.run_at FROM todos_todo t
         WHERE t.state = 'pending' AND t.queue = queue_name AND t.fair_key = todos_fair_key_first.fair_key
           AND (t.assignee IS NULL OR t.assignee = agent)
+          -- not reserved (todos_fairready, issue 31): already charged to the key; CLAIM_FAIR_READY's to hand out
+          AND NOT EXISTS (SELECT 1 FROM todos_fairready r WHERE r.id = t.id)
         ORDER BY t.priority, t.run_at
         LIMIT 1;
 END

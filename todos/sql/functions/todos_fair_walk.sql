@@ -5,6 +5,8 @@
 -- estimate of 1,000 keys, each key's backlog multiplied the fair claim's estimated cost by 1,000: two keys of
 -- 10,000 todos costed its generic plan at ~9.2M units against ~33k, and the plan cache, comparing later custom
 -- plans with that stale cost, planned every fair claim afresh (docs/benchmarks.md, issue 31's cost bar).
+-- Since issue 31's reservations, a reserved todo (todos_fairready) is not the walk's: a contended turn already
+-- charged it to its key, and CLAIM_FAIR_READY hands it out.
 -- The current text: change it here and add a migration that loads it (todos/sql/functions/__init__.py).
 CREATE OR REPLACE FUNCTION todos_fair_walk(queue_name text, top smallint, agent text, quota integer, cap integer, key_rate double precision, weights jsonb)
  RETURNS TABLE(key text, vtime double precision)
@@ -45,7 +47,9 @@ BEGIN
                   AND (t.expires_at IS NULL OR t.expires_at > now() OR t.claimed_at IS NOT NULL)
                   AND (t.limits IS NULL OR NOT EXISTS (
                       SELECT 1 FROM todos_limit l
-                      WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now())));
+                      WHERE l.name = ANY(t.limits) AND l.parked_until IS NOT NULL AND l.parked_until > now()))
+                  -- not reserved (todos_fairready): already charged to the key by a contended turn
+                  AND NOT EXISTS (SELECT 1 FROM todos_fairready r WHERE r.id = t.id));
             PERFORM 1 FROM todos_fairkey k WHERE k.queue = queue_name AND k.key = c.key AND k.vtime = c.vtime
                 FOR NO KEY UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
@@ -73,7 +77,8 @@ BEGIN
         IF FOUND
            AND EXISTS (SELECT 1 FROM todos_todo t
                        WHERE t.queue = queue_name AND t.fair_key = busy AND t.state = 'pending'
-                         AND (t.assignee IS NULL OR t.assignee = agent))
+                         AND (t.assignee IS NULL OR t.assignee = agent)
+                         AND NOT EXISTS (SELECT 1 FROM todos_fairready r WHERE r.id = t.id))
            AND (cap IS NULL OR todos_fair_live_leases(queue_name, busy) < cap)
            AND (key_rate IS NULL OR todos_fair_key_tokens(
                 queue_name, busy, key_rate * COALESCE((weights ->> busy)::double precision, 1)) >= 1) THEN
