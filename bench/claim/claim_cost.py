@@ -130,7 +130,7 @@ def today_version(url: str) -> Version:
 def params(claim: bool) -> dict[str, Any]:
     if claim:
         return {"scopes": ["%"], "wanted": [QUEUE], "agent": AGENT, "owner": f"{AGENT}/w", "limit": 1,
-                "lease_seconds": 300.0}  # fmt: skip
+                "lease_seconds": 300.0, "reserve": 0}  # fmt: skip
     return {"agent": AGENT, "visible": ["%"], "result": None}
 
 

@@ -69,6 +69,8 @@ def prepare(mode: str) -> None:
 
     h.reset_todos()  # the rows come next, after the index is set for the mode
     h.sb_sql("DROP INDEX IF EXISTS todo_live_leases" if mode == "before" else LIVE_LEASES_INDEX)
+    # a fresh scratch database has no queue row until todos arrive, and set_limits needs one
+    h.sb_sql("INSERT INTO todos_queue (name, created_at) VALUES (%s, now()) ON CONFLICT DO NOTHING", [QUEUE])
     controls.set_limits(
         QUEUE,
         max_claimed=1000 if mode == "capped" else None,
@@ -91,6 +93,7 @@ def run(conn: psycopg.Connection[Any], claim_sql: str, until: float) -> tuple[in
         "owner": agent.name,
         "limit": 1,
         "lease_seconds": 300.0,
+        "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
     }
     visible = agent.visible_like_patterns()
     done = empty = 0

@@ -65,6 +65,7 @@ def main() -> None:
         "owner": agent.name,
         "limit": 1,
         "lease_seconds": 60.0,
+        "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
     }
     results: dict[str, list[tuple[float, int, str]]] = {"old": [], "today": []}
     for _ in range(args.rounds):

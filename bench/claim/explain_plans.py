@@ -159,7 +159,11 @@ NOTES = {
     "todo_fair_pending per key from its first pending todo now (todos_fair_key_first, a fresh snapshot), one todo "
     "each (weight 1); the passes are written back by an update of those 10 "
     "rows. Plain queues never run this statement (CLAIM_NEXT claims for them; queue.claim_next runs this one "
-    "only when CLAIM_NEXT says a keyed queue is eligible).",
+    "only when CLAIM_NEXT says a keyed queue is eligible). A queue with max_claimed_per_key never reserves "
+    "(issue 31's reservations): the contention probe and todos_fairready's nodes are here but empty, and "
+    "todos_fair_reserved's per-row check of the key scans (todos_fairready's primary key, inside the function) "
+    "finds nothing; fair_ready_claim is read by the 'has reservations' probe. The fast claim of reserved todos (CLAIM_FAIR_READY) is one range scan of "
+    "fair_ready_claim per queue and the primary key: its plan is checked by todos/tests/test_claim_plan.py.",
     "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
     "claim pays before CLAIM_NEXT_FAIR: the queue row, read as for any claim, is keyed, so ``quotas`` and "
     "``limited`` are empty, no todo is locked, and the statement answers its row of NULLs. Its buffers are the "
@@ -290,7 +294,7 @@ FAIR_QUEUE = (
 def plans() -> list[Plan]:
     scopes_all = ["%"]
     lease = 300.0
-    claim = {"scopes": scopes_all, "agent": "bench", "owner": "bench", "lease_seconds": lease}
+    claim = {"scopes": scopes_all, "agent": "bench", "owner": "bench", "lease_seconds": lease, "reserve": 0}
     pending_id = one("SELECT id FROM todos_todo WHERE state = 'pending' AND queue = 'email.send' LIMIT 1")[0]
     live_id, live_lease = one("SELECT id, lease_id FROM todos_todo WHERE state = 'claimed' AND lease_id LIKE 'ls_1%%'")
     failing = {"backoff_base": 10.0, "backoff_cap": 3600.0, "retry_in": None, "error": "boom"}

@@ -59,6 +59,7 @@ def run(conn: psycopg.Connection[Any], statements: tuple[str, str, str], until: 
         "owner": "bench/w",
         "limit": 1,
         "lease_seconds": 300.0,
+        "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
     }
     from todos import sql
 

@@ -80,6 +80,7 @@ def claim_statement_rates(agent: object, seconds: float, rounds: int) -> dict[st
                 "owner": agent.name,  # type: ignore[attr-defined]
                 "limit": 1,
                 "lease_seconds": 300.0,
+                "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
             }
             n, started = 0, time.monotonic()
             with transaction.atomic():

@@ -116,6 +116,7 @@ def claim(agent: Any, queue_name: str, statement: str | None = None) -> Op:
         "owner": agent.name,
         "limit": 1,
         "lease_seconds": 3600.0,
+        "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
     }
 
     def run() -> None:

@@ -55,6 +55,7 @@ def claim_buffers(url: str, agent: Any) -> int:
         "owner": AGENT,
         "limit": 1,
         "lease_seconds": 300.0,
+        "reserve": 0,  # the fair turn alone: this loop runs no CLAIM_FAIR_READY (issue 31)
     }
     with psycopg.connect(url) as conn:
         row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_NEXT, params).fetchone()
