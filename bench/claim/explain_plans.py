@@ -162,7 +162,8 @@ NOTES = {
     "only when CLAIM_NEXT says a keyed queue is eligible). A queue with max_claimed_per_key never reserves "
     "(issue 31's reservations): the contention probe and todos_fairready's nodes are here but empty, and "
     "todos_fair_reserved's per-row check of the key scans (todos_fairready's primary key, inside the function) "
-    "finds nothing; fair_ready_claim is read by the 'has reservations' probe. The fast claim of reserved todos (CLAIM_FAIR_READY) is one range scan of "
+    "finds nothing; fair_ready_claim is read by the 'has reservations' probe. The fast claim of reserved "
+    "todos (CLAIM_FAIR_READY) is one range scan of "
     "fair_ready_claim per queue and the primary key: its plan is checked by todos/tests/test_claim_plan.py.",
     "claim_next's plain statement on a fair queue (it takes nothing and says so)": "What a fair queue's "
     "claim pays before CLAIM_NEXT_FAIR: the queue row, read as for any claim, is keyed, so ``quotas`` and "
