@@ -108,7 +108,7 @@ def explain_todo(todo_id: str, *, agent: Agent) -> dict[str, Any]:
         "queue", "state", "dead_letter", "claimable_state", "live_lease", "waiting_for", "dependencies_left", "run_at",
         "run_at_ahead", "next_retry_at", "assignee", "assignee_ok", "registered", "paused", "max_claimed",
         "live_leases", "rate_per_second", "tokens", "max_claimed_per_key", "key_leases", "fair", "fair_key",
-        "budget_open", "root", "last_claimed_at",
+        "reserved", "budget_open", "root", "last_claimed_at",
     ]  # fmt: skip
     r = dict(zip(names, rows[0], strict=True))
     reasons = _state_reasons(r)
@@ -123,7 +123,15 @@ def explain_todo(todo_id: str, *, agent: Agent) -> dict[str, Any]:
         shown = json.loads(shown) if isinstance(shown, str) else shown
         reasons.append({"reason": "limit_parked", "detail": "A named limit holding it is parked.", "blocked": shown})
     notes: list[Reason] = []
-    if r["fair"]:
+    if r["fair"] and r["reserved"]:
+        notes.append(
+            {
+                "reason": "fair_share_reserved",
+                "detail": "A fair turn has already given it its key's turn (a reservation, under concurrent "
+                "claimers): the next claims of its queue take it, in that turn's order.",
+            }
+        )
+    elif r["fair"]:
         notes.append(
             {
                 "reason": "fair_share",

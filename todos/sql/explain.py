@@ -27,6 +27,8 @@ SELECT t.queue, t.state, {S.DEAD_LETTER.sql("t")} AS dead_letter, {S.CLAIMABLE.s
     q.max_claimed_per_key, CASE WHEN q.max_claimed_per_key IS NOT NULL
         THEN todos_fair_live_leases(q.name, t.fair_key) END AS key_leases,
     COALESCE(q.fair, false) AS fair, t.fair_key,
+    -- reserved by a contended fair turn (issue 31): its key's turn is already given, the next claims take it
+    EXISTS (SELECT FROM todos_fairready r WHERE r.id = t.id AND r.queue = t.queue) AS reserved,
     {BUDGET_OPEN} AS budget_open, COALESCE(t.root_id, t.id) AS root,
     (SELECT max(c.claimed_at) FROM todos_todo c WHERE c.queue = t.queue AND {S.CLAIMED.sql("c")}) AS last_claimed_at
 FROM todos_todo t LEFT JOIN todos_queue q ON q.name = t.queue

@@ -17,6 +17,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from todos import controls, queue
+from todos.explain import explain_todo
 from todos.limits import fair_reserve
 from todos.models import Agent, FairReady, Queue, Todo
 from todos.queue.claim import forget_keyed_scopes
@@ -107,6 +108,9 @@ def test_a_contended_turn_charges_the_next_tags_and_later_claims_take_them_in_ta
     assert Counter([first.fair_key] + [r.fair_key for r in rows]) == {"heavy": 6, "light": 2}
     assert first.fair_key == "heavy"  # the tie at tag 0 goes by run_at: heavy's were seeded first
     assert [r.tag for r in rows if r.fair_key == "light"] == [0.0, 1.0]
+    # Why isn't it running (issue 30): a reserved todo says its turn is given, not that it waits for one.
+    notes = [n["reason"] for n in explain_todo(rows[0].id, agent=agent)["notes"]]
+    assert notes == ["fair_share_reserved"]
     later = [queue.claim_next(agent=agent, queues=["busy"])[0] for _ in range(7)]
     assert [t.id for t in later] == [r.id for r in rows]  # in (priority, tag) order, without the turn
     assert ready_claims() - before == 7 and not ready_rows("busy")
