@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -40,8 +41,9 @@ def weighted(name: str, per_key: int, *, priority: int = 0) -> None:
     seed_keyed(name, "light", per_key, priority=priority)
 
 
-def contended_claim(agent: Agent, name: str, *, limit: int = 1) -> list[Todo]:
-    """A claim_next that has to wait for the queue's row: another connection holds it until the claim waits."""
+def with_queue_row_held(name: str, *tasks: Callable[[], Any]) -> list[Any]:
+    """Run ``tasks`` together while another connection holds the queue's row FOR NO KEY UPDATE; it lets go once
+    as many statements as tasks wait for a lock (or after 30 s). Answers the tasks' results, in order."""
     locked, release = threading.Event(), threading.Event()
 
     def holder() -> None:
@@ -50,27 +52,29 @@ def contended_claim(agent: Agent, name: str, *, limit: int = 1) -> list[Todo]:
             locked.set()
             assert release.wait(30)
 
-    def claimer() -> list[Todo]:
-        assert locked.wait(30)
-        return queue.claim_next(agent=agent, queues=[name], limit=limit)
+    def after_lock(task: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            assert locked.wait(30)
+            return task()
+
+        return run
 
     def releaser() -> None:
         assert locked.wait(30)
         deadline = time.monotonic() + 30
         try:
-            while time.monotonic() < deadline:
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND wait_event_type = 'Lock'"
-                    )
-                    if cursor.fetchone()[0]:
-                        return
+            while _waiting_for_locks() < len(tasks) and time.monotonic() < deadline:
                 time.sleep(0.005)
         finally:
             release.set()
 
-    return run_together([holder, claimer, releaser])[1]
+    return run_together([holder, *map(after_lock, tasks), releaser])[1:-1]
+
+
+def contended_claim(agent: Agent, name: str, *, limit: int = 1) -> list[Todo]:
+    """A claim_next that has to wait for the queue's row: another connection holds it until the claim waits."""
+    [todos] = with_queue_row_held(name, lambda: queue.claim_next(agent=agent, queues=[name], limit=limit))
+    return list(todos)
 
 
 def ready_rows(name: str) -> list[FairReady]:
@@ -125,28 +129,11 @@ def test_claimers_queued_behind_a_reserver_each_reserve_the_next_tags(agent: Age
     Outstanding reservations grow by FAIR_RESERVE per claimer that queued for a turn (docs/architecture.md)."""
     settings.FAIR_RESERVE = 7
     weighted("queued", 40)
-    locked, release = threading.Event(), threading.Event()
 
-    def holder() -> None:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM todos_queue WHERE name = 'queued' FOR NO KEY UPDATE")
-            locked.set()
-            assert release.wait(30)
-
-    def claimer() -> list[Todo]:
-        assert locked.wait(30)
+    def claim() -> list[Todo]:
         return queue.claim_next(agent=agent, queues=["queued"])
 
-    def releaser() -> None:
-        assert locked.wait(30)
-        deadline = time.monotonic() + 30
-        try:
-            while _waiting_for_locks() < 2 and time.monotonic() < deadline:
-                time.sleep(0.005)
-        finally:
-            release.set()
-
-    _, first, second, _ = run_together([holder, claimer, claimer, releaser])
+    first, second = with_queue_row_held("queued", claim, claim)
     rows = ready_rows("queued")
     ids = [t.id for t in first + second] + [r.id for r in rows]
     assert len(first) == len(second) == 1 and len(rows) == 14 and len(set(ids)) == 16
@@ -227,35 +214,15 @@ def test_a_cap_set_while_a_turn_reserves_forgets_what_that_turn_reserved(agent: 
     would ever take those todos (the walk skips them, the fast claim skips the capped queue)."""
     settings.FAIR_RESERVE = 7
     weighted("race", 20)
-    locked, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM todos_queue WHERE name = 'race' FOR NO KEY UPDATE")
-            locked.set()
-            assert release.wait(30)
-
-    def claimer() -> list[Todo]:
-        assert locked.wait(30)
-        return queue.claim_next(agent=agent, queues=["race"])
 
     def capper() -> None:
-        assert locked.wait(30)
         deadline = time.monotonic() + 30
         while _waiting_for_locks() < 1 and time.monotonic() < deadline:  # the claimer waits first
             time.sleep(0.005)
         controls.set_limits("race", max_claimed=100)
 
-    def releaser() -> None:
-        assert locked.wait(30)
-        deadline = time.monotonic() + 30
-        try:
-            while _waiting_for_locks() < 2 and time.monotonic() < deadline:
-                time.sleep(0.005)
-        finally:
-            release.set()
-
-    assert len(run_together([holder, claimer, capper, releaser])[1]) == 1
+    claimed, _ = with_queue_row_held("race", lambda: queue.claim_next(agent=agent, queues=["race"]), capper)
+    assert len(claimed) == 1
     assert not ready_rows("race")
     handed: list[str] = []
     while todos := queue.claim_next(agent=agent, queues=["race"], limit=7):
@@ -268,27 +235,8 @@ def test_a_claimer_with_several_keyed_queues_never_reserves(agent: Agent, settin
     settings.FAIR_RESERVE = 7
     weighted("two.a", 10)
     weighted("two.b", 10)
-    locked, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM todos_queue WHERE name = 'two.a' FOR NO KEY UPDATE")
-            locked.set()
-            assert release.wait(30)
-
-    def claimer() -> list[Todo]:
-        assert locked.wait(30)
-        try:
-            return queue.claim_next(agent=agent, queues=["two.*"])
-        finally:
-            release.set()
-
-    def releaser() -> None:
-        assert locked.wait(30)
-        time.sleep(0.3)
-        release.set()
-
-    assert len(run_together([holder, claimer, releaser])[1]) == 1
+    [claimed] = with_queue_row_held("two.a", lambda: queue.claim_next(agent=agent, queues=["two.*"]))
+    assert len(claimed) == 1
     assert not FairReady.objects.exists()
 
 
