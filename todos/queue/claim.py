@@ -16,35 +16,34 @@ from todos.models import ALL_QUEUES, Agent, Todo, glob_to_like
 from todos.queue._common import lease_for, one, owner
 from todos.rows import fetch_todos
 
+# A claim's (claim scopes as LIKE patterns, wanted queues): what the memos below remember, per process.
+_Scopes = tuple[tuple[str, ...], tuple[str, ...]]
+
 # The (claim scopes, queues) whose last claim found a keyed queue eligible (CLAIM_NEXT answered its row of NULLs),
 # and when (time.monotonic()). For KEYED_SCOPES_MEMO_SECONDS their claims run CLAIM_NEXT_FAIR at once: asking
 # CLAIM_NEXT first cost every fair claim a second statement (~0.3 ms, a sixth of a fair claim and complete), which
 # at 16 claimers on 2 cores was 307 / 291 / 516 against 527 / 386 / 559 jobs/s without it (docs/benchmarks.md).
 # Either answer is right whatever changed meanwhile: CLAIM_NEXT_FAIR claims from plain queues too (slower), and a
 # queue made fair is found by the next probe. Per process; bounded (KEYED_SCOPES_MEMO_MAX), then forgotten.
-_keyed_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+_keyed_scopes: dict[_Scopes, float] = {}
 # The same for a limited queue (issue 32): CLAIM_NEXT's row of NULLs marked 'limited' (a queue with max_claimed or
 # a rate, and no keyed or flow one, among the caller's); their claims run CLAIM_NEXT_LIMITED at once. Either answer
 # stays right: CLAIM_NEXT_LIMITED claims from plain queues too, and hands a keyed or flow one to CLAIM_NEXT_FAIR.
-_limited_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+_limited_scopes: dict[_Scopes, float] = {}
 # The (scopes, queues) whose last fair turn reserved todos or found some reserved (its row of NULLs marked
 # 'reserved'), or whose last fast claim (CLAIM_FAIR_READY) took some or found some left (issue 31, reservations):
 # their claims run the fast claim first, and the fair turn only for what it did not fill. Forgotten when a fast
 # claim finds none at all. Per process; a fair turn's answer short of the limit always tries the fast claim too,
 # so no reserved todo waits on a process remembering it.
-_ready_scopes: dict[tuple[tuple[str, ...], tuple[str, ...]], float] = {}
+_ready_scopes: dict[_Scopes, float] = {}
 
 
-def _remembered(
-    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
-) -> bool:
+def _remembered(memo: dict[_Scopes, float], key: _Scopes) -> bool:
     seen = memo.get(key)
     return seen is not None and time.monotonic() - seen < KEYED_SCOPES_MEMO_SECONDS
 
 
-def _remember(
-    memo: dict[tuple[tuple[str, ...], tuple[str, ...]], float], key: tuple[tuple[str, ...], tuple[str, ...]]
-) -> None:
+def _remember(memo: dict[_Scopes, float], key: _Scopes) -> None:
     if len(memo) >= KEYED_SCOPES_MEMO_MAX:
         memo.clear()
     memo[key] = time.monotonic()
@@ -70,7 +69,7 @@ def _claim_fair(params: dict[str, object]) -> tuple[list[Todo], bool]:
     return todos, len(todos) < len(rows)
 
 
-def _claim_ready(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]]) -> list[Todo]:
+def _claim_ready(params: dict[str, object], memo: _Scopes) -> list[Todo]:
     """CLAIM_FAIR_READY: reserved todos, without the queue's lock. Remembers that there are some (it took some,
     or its row of NULLs says some remain: a more urgent todo went first), or forgets it."""
     rows = fetch_todos(sql.CLAIM_FAIR_READY, params)
@@ -83,7 +82,7 @@ def _claim_ready(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[s
     return todos
 
 
-def _claim_keyed(params: dict[str, object], memo: tuple[tuple[str, ...], tuple[str, ...]], limit: int) -> list[Todo]:
+def _claim_keyed(params: dict[str, object], memo: _Scopes, limit: int) -> list[Todo]:
     """A claim with a keyed queue among the caller's: reserved todos first when this process last saw some, the
     fair turn for the rest, and reserved todos again when the turn answered short (one a dead process reserved,
     or one reserved by a claimer that turned while this one waited)."""
